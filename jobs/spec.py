@@ -1,0 +1,135 @@
+"""The run spec: one frozen record of everything that defines a training run.
+
+`run_id` hashes only the fields that change results (`HASHED_FIELDS`); resources (engine, ZeRO
+stage, checkpoint cadence), bookkeeping (study, variant label) and tracking names are carried
+beside them but never enter the hash, so moving a run to another backend keeps its identity.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ENGINES = ("torch", "deepspeed")
+ZERO_STAGES = (1, 2, 3)
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """A single training run; plain values only, so the JSON form is canonical."""
+
+    family: str
+    size: str
+    steps: int
+    lr: float
+    warmup_steps: int
+    model_options: tuple[tuple[str, Any], ...] = ()
+    tokenizer: str = "bytes"
+    corpus: str = "shakespeare"
+    seq_len: int = 128
+    batch_size: int = 16  # sequences per optimizer step, all ranks and micro-steps together
+    micro_batch_size: int = 0  # 0 = batch_size (no accumulation)
+    min_lr_ratio: float = 0.1  # cosine floor as a fraction of peak (GPT-3 decays to 10 %)
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    ema: float = 0.0
+    seed: int = 0
+    precision: str = "auto"  # auto = bf16 autocast on GPU, fp32 on CPU
+    eval_batches: int = 8
+    # ---- not hashed: resources, cadence, bookkeeping ----
+    engine: str = "torch"
+    zero_stage: int = 2
+    eval_every: int = 0  # 0 = only at the end
+    checkpoint_every: int = 0  # 0 = only at the end
+    keep_checkpoints: int = 2
+    log_every: int = 10
+    study: str = ""
+    variant: str = ""
+    tracking: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model_options", _freeze(self.model_options))
+        object.__setattr__(self, "tracking", _freeze(self.tracking))
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """Model options as a plain dict (keyword arguments of `models.build_model`)."""
+        return dict(self.model_options)
+
+    @property
+    def micro_batch(self) -> int:
+        """Sequences per forward pass on one rank before accumulation."""
+        return self.micro_batch_size or self.batch_size
+
+    @property
+    def tokens(self) -> int:
+        """Training tokens over the whole run."""
+        return self.steps * self.batch_size * self.seq_len
+
+    @property
+    def run_id(self) -> str:
+        """sha256 of the canonical JSON of the result-changing fields, first 12 hex digits."""
+        hashed = {name: _plain(getattr(self, name)) for name in HASHED_FIELDS}
+        return hashlib.sha256(canonical_json(hashed).encode()).hexdigest()[:12]
+
+    def replace(self, **changes: Any) -> "RunSpec":
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form (`model_options` and `tracking` as objects) plus the run id."""
+        out = {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        out["run_id"] = self.run_id
+        return out
+
+    def to_json(self) -> str:
+        """Canonical JSON text of `to_dict()`."""
+        return canonical_json(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunSpec":
+        """Inverse of `to_dict`; unknown keys are errors, a stale `run_id` is an error."""
+        data = dict(data)
+        expected_id = data.pop("run_id", None)
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"spec: unknown field(s) {unknown}; valid fields: {sorted(names)}")
+        spec = cls(**data)
+        if expected_id is not None and expected_id != spec.run_id:
+            raise ValueError(f"spec: run_id {expected_id} does not match its fields ({spec.run_id})")
+        return spec
+
+    @classmethod
+    def load(cls, path: str | Path) -> "RunSpec":
+        """Read a spec.json."""
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+UNHASHED_FIELDS = (
+    "engine", "zero_stage", "eval_every", "checkpoint_every", "keep_checkpoints",
+    "log_every", "study", "variant", "tracking",
+)
+HASHED_FIELDS = tuple(f.name for f in dataclasses.fields(RunSpec) if f.name not in UNHASHED_FIELDS)
+
+
+def canonical_json(obj: Any) -> str:
+    """Sorted keys, no whitespace, floats in repr form: the same object gives the same text."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def _freeze(pairs: Any) -> tuple[tuple[str, Any], ...]:
+    items = pairs.items() if isinstance(pairs, dict) else pairs
+    return tuple(sorted((str(k), v) for k, v in items))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in value):
+        return {k: v for k, v in value}
+    return value
