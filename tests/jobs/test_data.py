@@ -1,0 +1,260 @@
+"""jobs.data: offline tokenizers, corpora, cached token arrays and pure batch sampling."""
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import socket
+
+import numpy as np
+import pytest
+import tiktoken
+import torch
+
+from jobs import data
+
+# tokenizer_hash("gpt2") pinned: it names cache files and enters manifests, so it must not drift.
+GPT2_TOKENIZER_SHA256 = "fa87227ac6ed8d3b"
+
+
+@pytest.fixture()
+def no_network(monkeypatch):
+    """Any attempt to open a network connection fails the test."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("network access attempted")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+def test_gpt2_builds_offline_without_any_tiktoken_cache(tmp_path, monkeypatch, no_network):
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty"))
+    data.get_encoding.cache_clear()
+    data._tokenizer_spec.cache_clear()
+    enc = data.get_encoding("gpt2")
+    assert enc.encode("hello world") == [31373, 995]
+    assert enc.n_vocab == 50257
+    assert data.eot_token(enc) == enc.eot_token == 50256
+    assert not (tmp_path / "empty").exists() or not any((tmp_path / "empty").iterdir())
+
+
+def test_gpt2_equals_tiktoken_from_data_kit_cache(data_kit, monkeypatch):
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(data_kit / "tiktoken_cache"))
+    reference = tiktoken.get_encoding("gpt2")
+    ours = data.get_encoding("gpt2")
+    text = (data_kit / "text/wikitext-2-raw/wiki.test.raw").read_text("utf-8")
+    ids = ours.encode_ordinary(text)
+    assert len(ids) > 250_000
+    assert ids == reference.encode_ordinary(text)
+    assert all(ours.decode_single_token_bytes(i) == reference.decode_single_token_bytes(i)
+               for i in range(reference.n_vocab))
+
+
+def test_tokenizer_hash_is_pinned_and_distinct():
+    assert data.tokenizer_hash("gpt2")[:16] == GPT2_TOKENIZER_SHA256
+    assert data.tokenizer_hash("bytes") != data.tokenizer_hash("gpt2")
+    assert len(data.tokenizer_hash("bytes")) == 64
+
+
+def test_bytes_tokenizer_round_trips_utf8():
+    enc = data.get_encoding("bytes")
+    text = "Hamlet: To be, or not — «ça» 🌍\n\t<|endoftext|> end"
+    ids = enc.encode_ordinary(text)
+    assert ids == list(text.encode("utf-8"))
+    assert enc.decode(ids) == text
+    assert enc.n_vocab == 257 and data.eot_token(enc) == 256
+    assert enc.encode("<|endoftext|>", allowed_special="all") == [256]
+    assert data.token_dtype(enc.n_vocab) == np.uint16
+
+
+def test_unknown_tokenizer_lists_choices():
+    with pytest.raises(ValueError, match=r"tokenizer 'sentencepiece'.*bytes.*gpt2"):
+        data.get_encoding("sentencepiece")
+
+
+def test_shakespeare_split_is_by_play_and_large(cache_dir):
+    train = data.load_documents("shakespeare", "train")
+    validation = data.load_documents("shakespeare", "validation")
+    assert (len(train), len(validation)) == (35, 3)
+    assert not set(train) & set(validation)
+    assert validation[0].startswith("FRANCISCO at his post.")  # Hamlet, first play in stem order
+    joined = "".join(train + validation)
+    assert "BERNARDO:\nWho's there?" in joined
+    assert not any(mark in joined for mark in ("**", "# ", "\\[", "_Exit", "*Exit"))
+    n_train = len(data.token_array("shakespeare", "gpt2", "train"))
+    n_val = len(data.token_array("shakespeare", "gpt2", "validation"))
+    print(f"shakespeare gpt2 tokens: train {n_train}, validation {n_val}")
+    assert n_train > 1_000_000 and n_val > 100_000
+
+
+def test_markdown_play_to_text_rules():
+    markdown = ("# Play\n\n## ACT I\n\n### SCENE I. A room.\n\n_Enter ONE_\n\n**ONE**  \n"
+                "Line one,  \nline two\\--done.\n\n__\\[Aside]_  \n*Exit.*\n")
+    assert data.markdown_play_to_text(markdown) == (
+        "Enter ONE\n\nONE:\nLine one,\nline two--done.\n\n[Aside]\nExit.\n")
+
+
+def test_local_txt_is_split_by_characters_at_a_line(tmp_path):
+    lines = [f"line {i}" for i in range(100)]
+    path = tmp_path / "notes.txt"
+    path.write_text("\n".join(lines) + "\n")
+    train, validation = (data.load_documents(str(path), split) for split in data.SPLITS)
+    assert train[0] + validation[0] == path.read_text()
+    assert validation[0] == "\n".join(lines[95:]) + "\n"
+
+
+def test_local_jsonl_folder_tail_documents_are_validation(tmp_path):
+    for part in range(2):
+        rows = [json.dumps({"text": f"doc {part}-{i}"}) for i in range(20)]
+        (tmp_path / f"part{part}.jsonl").write_text("\n".join(rows) + "\n")
+    train = data.load_documents(str(tmp_path), "train")
+    validation = data.load_documents(str(tmp_path), "validation")
+    assert validation == ["doc 1-18", "doc 1-19"]  # ceil(5 % of 40) = 2, files sorted by name
+    assert len(train) == 38 and train[0] == "doc 0-0"
+
+
+@pytest.mark.parametrize("corpus", ["missing/corpus.txt", "./nope.jsonl", ""])
+def test_missing_local_corpus_names_the_field(corpus):
+    with pytest.raises(ValueError, match=r"corpus .*shakespeare"):
+        data.load_documents(corpus, "train")
+
+
+def test_hf_corpus_offline_fails_with_clear_error(monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(ValueError, match=r"corpus 'no-such-org/no-such-corpus'.*Hugging Face"):
+        data.load_documents("no-such-org/no-such-corpus", "train")
+
+
+def test_bad_split_names_the_field():
+    with pytest.raises(ValueError, match=r"split 'test'.*train.*validation"):
+        data.load_documents("shakespeare", "test")
+
+
+def _jsonl_corpus(tmp_path, n_docs: int = 40):
+    path = tmp_path / "corpus.jsonl"
+    rows = [json.dumps({"text": f"Document number {i}: " + "word " * (i % 7)}) for i in range(n_docs)]
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_token_array_joins_documents_with_eot(tmp_path, cache_dir):
+    path = _jsonl_corpus(tmp_path)
+    enc = data.get_encoding("gpt2")
+    tokens = data.token_array(str(path), "gpt2", "train")
+    expected = []
+    for index, document in enumerate(data.load_documents(str(path), "train")):
+        expected += ([] if index == 0 else [enc.eot_token]) + enc.encode_ordinary(document)
+    assert tokens.dtype == np.uint16
+    assert tokens.tolist() == expected
+    assert data.token_path(str(path), "gpt2", "train").parent == cache_dir / "tokens"
+
+
+def test_token_array_is_written_once(tmp_path, cache_dir, monkeypatch):
+    path = _jsonl_corpus(tmp_path)
+    first = data.token_array(str(path), "bytes", "validation")
+    stat = data.token_path(str(path), "bytes", "validation").stat()
+
+    def refuse(*args):
+        raise AssertionError("corpus re-read although cached")
+
+    monkeypatch.setattr(data, "load_documents", refuse)
+    second = data.token_array(str(path), "bytes", "validation")
+    again = data.token_path(str(path), "bytes", "validation").stat()
+    assert (again.st_ino, again.st_mtime_ns) == (stat.st_ino, stat.st_mtime_ns)
+    assert np.array_equal(first, second)
+
+
+def test_cache_key_follows_file_contents(tmp_path, cache_dir):
+    path = _jsonl_corpus(tmp_path)
+    before = data.token_path(str(path), "gpt2", "train")
+    path.write_text(path.read_text() + json.dumps({"text": "one more"}) + "\n")
+    assert data.token_path(str(path), "gpt2", "train") != before
+    assert data.token_path(str(path), "gpt2", "validation") != data.token_path(str(path), "gpt2", "train")
+
+
+def test_corpus_hash_is_sha256_of_tokens(tmp_path, cache_dir):
+    path = _jsonl_corpus(tmp_path)
+    tokens = data.token_array(str(path), "gpt2", "train")
+    assert data.corpus_hash(str(path), "gpt2", "train") == hashlib.sha256(tokens.tobytes()).hexdigest()
+
+
+def _tokenise_in_child(corpus: str, cache: str, queue) -> None:
+    import os
+
+    os.environ["AOSCALE_CACHE"] = cache
+    queue.put(data.token_array(corpus, "gpt2", "train").tolist())
+
+
+def test_concurrent_writers_agree_and_leave_no_temp_files(tmp_path, cache_dir):
+    path = _jsonl_corpus(tmp_path, n_docs=400)
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    workers = [context.Process(target=_tokenise_in_child, args=(str(path), str(cache_dir), queue))
+               for _ in range(3)]
+    for worker in workers:
+        worker.start()
+    results = [queue.get(timeout=120) for _ in workers]
+    for worker in workers:
+        worker.join(timeout=60)
+        assert worker.exitcode == 0
+    assert results[0] == results[1] == results[2] == data.token_array(str(path), "gpt2", "train").tolist()
+    assert [p.name for p in (cache_dir / "tokens").iterdir()] == [data.token_path(str(path), "gpt2", "train").name]
+
+
+def test_atomic_write_leaves_nothing_on_failure(tmp_path):
+    target = tmp_path / "out" / "file.bin"
+
+    def crash(handle):
+        handle.write(b"half")
+        raise RuntimeError("crash mid-write")
+
+    with pytest.raises(RuntimeError):
+        data.atomic_write(target, crash)
+    assert list(target.parent.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def tokens() -> np.ndarray:
+    return np.random.default_rng(0).integers(0, 50257, size=10_000).astype(np.uint16)
+
+
+def test_batches_are_pure_in_seed_and_step(tokens):
+    batches = data.Batches(tokens, batch_size=8, seq_len=32, seed=7)
+    first = batches.get(5)
+    assert first.dtype == torch.long and first.shape == (8, 32)
+    assert torch.equal(first, batches.get(5))
+    assert torch.equal(first, data.Batches(tokens, 8, 32, seed=7).get(5))
+    assert not torch.equal(first, batches.get(6))
+    assert not torch.equal(first, data.Batches(tokens, 8, 32, seed=8).get(5))
+
+
+def test_micro_batches_partition_the_global_batch(tokens):
+    batches = data.Batches(tokens, batch_size=8, seq_len=16, seed=1)
+    parts = [batches.get(3, micro, 4) for micro in range(4)]
+    assert torch.equal(torch.cat(parts), batches.get(3))
+    for row, start in zip(batches.get(3), batches.starts(3)):
+        assert row.tolist() == tokens[start:start + 16].tolist()
+    with pytest.raises(ValueError, match="n_micro"):
+        batches.get(3, 0, 3)
+
+
+def test_batch_starts_cover_the_corpus_uniformly(tokens):
+    batches = data.Batches(tokens, batch_size=64, seq_len=100, seed=0)
+    starts = np.concatenate([batches.starts(step) for step in range(100)])
+    n_starts = len(tokens) - 100 + 1
+    assert starts.min() >= 0 and starts.max() <= n_starts - 1
+    # mean of U{0..n-1} is (n-1)/2 with sd n/sqrt(12); 6,400 draws: 5 standard errors
+    assert abs(starts.mean() - (n_starts - 1) / 2) < 5 * n_starts / np.sqrt(12 * len(starts))
+
+
+def test_short_corpus_is_rejected():
+    with pytest.raises(ValueError, match="seq_len"):
+        data.Batches(np.arange(32, dtype=np.uint16), batch_size=2, seq_len=32, seed=0)
+
+
+def test_val_batches_are_fixed_consecutive_windows(tokens):
+    batches = list(data.val_batches(tokens, batch_size=4, seq_len=50, n_batches=3))
+    assert len(batches) == 3 and all(batch.shape == (4, 50) for batch in batches)
+    assert torch.cat(batches).flatten().tolist() == tokens[:600].tolist()
+    every = list(data.val_batches(tokens, batch_size=64, seq_len=50))
+    assert sum(len(batch) for batch in every) == len(tokens) // 50
