@@ -1,0 +1,175 @@
+"""The one transformer core every family is built on.
+
+`Transformer(cfg)(x, ...)` maps input embeddings [B, T, d] to hidden states [B, T, d]. What
+differs between families is passed in: the attention pattern (`is_causal` or an explicit mask),
+an optional per-token conditioning vector that drives adaptive LayerNorm (`cond`, [B, T|1, c]),
+optional per-block additive inputs (`adds`), and an optional KV cache for generation.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+NORMS = ("layernorm", "rmsnorm")
+
+
+@dataclass(frozen=True)
+class CoreConfig:
+    """Shape and block options of the core."""
+
+    n_layer: int
+    d_model: int
+    n_head: int
+    norm: str = "layernorm"
+    qk_norm: bool = False
+    bias: bool = True
+    cond_dim: int = 0  # > 0: adaptive LayerNorm driven by a cond vector of this width
+
+
+def make_norm(kind: str, dim: int, bias: bool = True) -> nn.Module:
+    """LayerNorm (with bias when `bias`) or RMSNorm, eps 1e-5 as in GPT-2 and AO-GPT."""
+    if kind == "layernorm":
+        return nn.LayerNorm(dim, eps=1e-5, bias=bias)
+    return nn.RMSNorm(dim, eps=1e-5)
+
+
+class KVCache:
+    """Per-layer keys and values of the tokens committed so far ([B, H, T, hd] each).
+
+    A forward pass with a cache attends over committed + new positions; its new keys and values
+    are held as pending until `commit(n)` keeps the first `n` of them (parallel decoding
+    queries that are not real tokens are dropped this way).
+    """
+
+    def __init__(self, n_layer: int):
+        self.k: list[torch.Tensor | None] = [None] * n_layer
+        self.v: list[torch.Tensor | None] = [None] * n_layer
+        self.pending: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * n_layer
+
+    @property
+    def length(self) -> int:
+        return 0 if self.k[0] is None else self.k[0].shape[2]
+
+    def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Record new k, v as pending and return committed + new for attention."""
+        self.pending[layer] = (k, v)
+        if self.k[layer] is None:
+            return k, v
+        return torch.cat([self.k[layer], k], dim=2), torch.cat([self.v[layer], v], dim=2)
+
+    def commit(self, n: int) -> None:
+        """Keep the first `n` pending positions of every layer."""
+        for i, (k, v) in enumerate(self.pending):
+            k, v = k[:, :, :n], v[:, :, :n]
+            self.k[i] = k if self.k[i] is None else torch.cat([self.k[i], k], dim=2)
+            self.v[i] = v if self.v[i] is None else torch.cat([self.v[i], v], dim=2)
+        self.pending = [None] * len(self.pending)
+
+    def select(self, index: torch.Tensor) -> None:
+        """Keep batch rows `index` (e.g. to drop finished samples)."""
+        self.k = [None if k is None else k[index] for k in self.k]
+        self.v = [None if v is None else v[index] for v in self.v]
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention through `F.scaled_dot_product_attention`."""
+
+    def __init__(self, cfg: CoreConfig):
+        super().__init__()
+        self.n_head, self.d_model = cfg.n_head, cfg.d_model
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+        hd = cfg.d_model // cfg.n_head
+        self.q_norm = make_norm("rmsnorm", hd) if cfg.qk_norm else nn.Identity()
+        self.k_norm = make_norm("rmsnorm", hd) if cfg.qk_norm else nn.Identity()
+
+    def forward(self, x, attn_mask=None, is_causal=False, cache=None, layer=0):
+        B, T, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=-1)
+        # [B, T, d] -> [B, H, T, hd]
+        q, k, v = (t.view(B, T, self.n_head, d // self.n_head).transpose(1, 2) for t in (q, k, v))
+        q, k = self.q_norm(q), self.k_norm(k)
+        if cache is not None:
+            k, v = cache.extend(layer, k, v)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
+        return self.proj(y.transpose(1, 2).reshape(B, T, d))  # [B, H, T, hd] -> [B, T, d]
+
+
+class MLP(nn.Module):
+    """GELU MLP with 4x expansion."""
+
+    def __init__(self, cfg: CoreConfig):
+        super().__init__()
+        self.fc = nn.Linear(cfg.d_model, 4 * cfg.d_model, bias=cfg.bias)
+        self.proj = nn.Linear(4 * cfg.d_model, cfg.d_model, bias=cfg.bias)
+
+    def forward(self, x):
+        return self.proj(F.gelu(self.fc(x)))
+
+
+class Block(nn.Module):
+    """Pre-norm block; with `cond_dim` the norms are modulated: x += g·f(norm(x)·(1+s) + b)."""
+
+    def __init__(self, cfg: CoreConfig):
+        super().__init__()
+        self.norm1 = make_norm(cfg.norm, cfg.d_model, cfg.bias)
+        self.attn = Attention(cfg)
+        self.norm2 = make_norm(cfg.norm, cfg.d_model, cfg.bias)
+        self.mlp = MLP(cfg)
+        self.modulation = nn.Linear(cfg.cond_dim, 6 * cfg.d_model) if cfg.cond_dim else None
+
+    def forward(self, x, cond=None, cond_index=None, attn_mask=None, is_causal=False, cache=None, layer=0):
+        attend = lambda h: self.attn(h, attn_mask, is_causal, cache, layer)  # noqa: E731
+        if self.modulation is None:
+            x = x + attend(self.norm1(x))
+            return x + self.mlp(self.norm2(x))
+        mod = _lookup(self.modulation(cond), cond_index)  # [B, T|1, 6d]
+        shift1, scale1, gate1, shift2, scale2, gate2 = mod.chunk(6, dim=-1)
+        x = x + gate1 * attend(self.norm1(x) * (1 + scale1) + shift1)
+        return x + gate2 * self.mlp(self.norm2(x) * (1 + scale2) + shift2)
+
+
+class Transformer(nn.Module):
+    """Block stack and final norm; families add embeddings, conditioning and the head."""
+
+    def __init__(self, cfg: CoreConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.norm = make_norm(cfg.norm, cfg.d_model, cfg.bias)
+        self.final_modulation = nn.Linear(cfg.cond_dim, 2 * cfg.d_model) if cfg.cond_dim else None
+
+    def forward(self, x, *, cond=None, cond_index=None, adds=None, attn_mask=None, is_causal=False, cache=None):
+        """x: [B, T, d]; cond: raw conditioning (SiLU applied here), either per token [B, T|1, c]
+        or, with `cond_index` [B, T], a table [P, c] whose row cond_index[b, t] conditions token
+        (b, t): the projections then run once per table row instead of once per token.
+        adds: per-block tensors broadcastable to x, added before each block."""
+        c = F.silu(cond) if cond is not None else None
+        for i, block in enumerate(self.blocks):
+            if adds is not None:
+                x = x + adds[i]
+            x = block(x, c, cond_index, attn_mask, is_causal, cache, i)
+        if self.final_modulation is None:
+            return self.norm(x)
+        shift, scale = _lookup(self.final_modulation(c), cond_index).chunk(2, dim=-1)
+        return self.norm(x) * (1 + scale) + shift
+
+
+def _lookup(table: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
+    """Rows of a projected conditioning table per token ([P, k] -> [B, T, k]), or the table itself."""
+    return table if index is None else F.embedding(index, table)
+
+
+def init_weights(module: nn.Module, n_layer: int) -> None:
+    """GPT-2 initialisation: N(0, 0.02) for weights, zero biases, residual projections
+    scaled by 1/sqrt(2·n_layer) (Radford et al. 2019), as in nanoGPT and AO-GPT."""
+    for name, p in module.named_parameters():
+        if name.endswith("bias"):
+            nn.init.zeros_(p)
+        elif p.dim() >= 2:
+            std = 0.02 / math.sqrt(2 * n_layer) if name.endswith("proj.weight") else 0.02
+            nn.init.normal_(p, 0.0, std)

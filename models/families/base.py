@@ -1,0 +1,131 @@
+"""What all families share: option validation, token embeddings, the head, parameter groups.
+
+A family subclass declares its options (`OPTIONS`: name -> (default, validator)), builds its
+embeddings and conditioning, and implements `loss(tokens, generator)`. Parameter groups are
+declared by module name prefix so `count_params` can account for every parameter exactly once.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..core import NORMS, CoreConfig, Transformer, init_weights
+from ..ladder import Shape
+
+Validator = Callable[[Any], bool]
+
+
+def choice(*values: Any) -> tuple[Validator, str]:
+    return (lambda v: v in values), f"one of {list(values)}"
+
+
+def boolean() -> tuple[Validator, str]:
+    return (lambda v: isinstance(v, bool)), "true or false"
+
+
+def positive_int() -> tuple[Validator, str]:
+    return (lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0), "a positive integer"
+
+
+# Options every family accepts; the defaults are GPT-2's, so families differ only in formulation.
+COMMON_OPTIONS: dict[str, tuple[Any, tuple[Validator, str]]] = {
+    "norm": ("layernorm", choice(*NORMS)),
+    "qk_norm": (False, boolean()),
+    "tie_head": (True, boolean()),
+}
+
+GROUPS = ("embedding", "core", "target_cond", "time_cond", "head")
+
+
+def resolve_options(family: str, schema: dict, given: dict) -> dict[str, Any]:
+    """Defaults overlaid with `given`; unknown names and invalid values are ValueErrors."""
+    unknown = sorted(set(given) - set(schema))
+    if unknown:
+        raise ValueError(f"{unknown[0]}: unknown option for family {family!r}; valid options: {sorted(schema)}")
+    options = {name: default for name, (default, _) in schema.items()}
+    for name, value in given.items():
+        check, expected = schema[name][1]
+        if not check(value):
+            raise ValueError(f"{name}: invalid value {value!r} for family {family!r}; expected {expected}")
+        options[name] = value
+    return options
+
+
+class FamilyModel(nn.Module):
+    """Base of every family: one core, a token table, learned positions and a head."""
+
+    family = "base"
+    OPTIONS: dict[str, tuple[Any, tuple[Validator, str]]] = {}
+    GROUP_PREFIXES: dict[str, tuple[str, ...]] = {}
+    n_extra_tokens = 0  # rows of the token table beyond the vocabulary (e.g. the MDM mask)
+    MODULATION_GROUP = "target_cond"  # which group the core's adaLN projections belong to
+
+    def __init__(self, shape: Shape, vocab_size: int, seq_len: int, options: dict, cond_dim: int = 0):
+        super().__init__()
+        self.shape, self.vocab_size, self.seq_len, self.options = shape, vocab_size, seq_len, options
+        cfg = CoreConfig(shape.n_layer, shape.d_model, shape.n_head, options["norm"], options["qk_norm"],
+                         cond_dim=cond_dim)
+        self.core = Transformer(cfg)
+        self.wte = nn.Embedding(vocab_size + self.n_extra_tokens, shape.d_model)
+        self.wpe = nn.Embedding(seq_len + 1, shape.d_model)  # slot 0 is the start slot's position
+        self.head = None if options["tie_head"] else nn.Linear(shape.d_model, vocab_size, bias=True)
+
+    def _init(self) -> None:
+        init_weights(self, self.shape.n_layer)
+
+    # ---- shared pieces -------------------------------------------------------------------
+    def logits_from_hidden(self, h: torch.Tensor) -> torch.Tensor:
+        """[B, T, d] -> [B, T, V]; never scores rows beyond the vocabulary (e.g. the mask)."""
+        if self.head is not None:
+            return self.head(h)
+        return F.linear(h, self.wte.weight[: self.vocab_size])
+
+    def check_tokens(self, tokens: torch.Tensor) -> None:
+        """Validate a [B, L] LongTensor against the vocabulary and the context length."""
+        if tokens.dim() != 2 or tokens.dtype != torch.long:
+            raise ValueError(f"tokens: expected a LongTensor [B, L], got {tuple(tokens.shape)} {tokens.dtype}")
+        if tokens.shape[1] > self.seq_len:
+            raise ValueError(f"seq_len: sequence of {tokens.shape[1]} exceeds the model's maximum {self.seq_len}")
+        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
+            raise ValueError(f"tokens: ids must lie in [0, {self.vocab_size}) (vocab_size)")
+
+    # ---- accounting ----------------------------------------------------------------------
+    def count_params(self) -> dict[str, int]:
+        """Parameters per group (embedding, core, target_cond, time_cond, head); they sum to total.
+
+        `non_embedding` = total - embedding; `family_non_embedding` is the same count (the
+        family's own), kept beside `core`, the shape's block stack shared by all families.
+        """
+        counts = dict.fromkeys(GROUPS, 0)
+        prefixes = {"embedding": ("wte", "wpe", "start"), "core": ("core",), "head": ("head",),
+                    **self.GROUP_PREFIXES}
+        for name, p in self.named_parameters():
+            if "modulation" in name:
+                group = self.MODULATION_GROUP
+            else:
+                group = next(g for g, pre in prefixes.items() if name.split(".")[0] in pre)
+            counts[group] += p.numel()
+        counts["total"] = sum(p.numel() for p in self.parameters())
+        counts["non_embedding"] = counts["total"] - counts["embedding"]
+        counts["family_non_embedding"] = counts["non_embedding"]
+        return counts
+
+    def flops_per_token(self) -> int:
+        """Training FLOPs per token: 6 x (matmul weights incl. the head) + 6·L·n_ctx·d attention.
+
+        Conditioning projections (adaLN `modulation`, the time MLP) run once per position-table
+        row or per sequence, not per token, so they are left out (O(seq_len) per sequence).
+        """
+        matmul = sum(m.weight.numel() for name, m in self.named_modules()
+                     if isinstance(m, nn.Linear) and "modulation" not in name and not name.startswith("time_"))
+        if self.head is None:
+            matmul += self.shape.d_model * self.vocab_size  # tied head still multiplies
+        attention = self.shape.n_layer * self.seq_len * self.shape.d_model
+        return 6 * (matmul + attention)
+
+    def loss(self, tokens: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """The family's training objective, mean nats per token."""
+        raise NotImplementedError

@@ -1,0 +1,136 @@
+"""`mdm`: encoder-only masked diffusion (MDLM / RADD / SEDD, absorbing state).
+
+Bidirectional attention over x_t, where masked positions hold the mask token (id = vocab_size).
+SUBS parameterisation: the head never scores the mask token and unmasked positions are copied
+through, so only masked positions carry loss. Objectives (all mean nats per token of x_0):
+  mdlm  t ~ U(eps, 1), each token masked w.p. t, weight 1/t                 (MDLM, log-linear)
+  kdce  k ~ U{1..L} masked uniformly at random, weight L/k                   (RADD's any-order form)
+  sedd  score entropy for the absorbing process, log-linear noise, σ(t) via adaLN (SEDD)
+`time_cond` feeds the noise level (t, k/L or σ̄(t)) through a sinusoid -> MLP -> adaLN; it is on
+by default only for `sedd`.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .base import COMMON_OPTIONS, FamilyModel, boolean, choice, positive_int
+
+LOSSES = ("mdlm", "kdce", "sedd")
+NOISE_EPS = 1e-3  # log-linear schedule floor, as in SEDD/MDLM
+TIME_FREQ_DIM = 256  # sinusoidal width of the noise-level embedding (SEDD/DiT)
+
+
+def _unit_interval(v) -> bool:
+    return isinstance(v, (int, float)) and 0 <= v < 1
+
+
+class MDM(FamilyModel):
+    family = "mdm"
+    OPTIONS = {
+        **COMMON_OPTIONS,
+        "loss": ("mdlm", choice(*LOSSES)),
+        "time_cond": (None, (lambda v: v is None or isinstance(v, bool), "true or false")),
+        "cond_dim": (128, positive_int()),
+        "eps": (NOISE_EPS, (_unit_interval, "a number in [0, 1)")),
+        "antithetic": (True, boolean()),
+    }
+    GROUP_PREFIXES = {"time_cond": ("time_mlp",)}
+    MODULATION_GROUP = "time_cond"
+    n_extra_tokens = 1
+
+    def __init__(self, shape, vocab_size, seq_len, options):
+        if options["time_cond"] is None:
+            options = {**options, "time_cond": options["loss"] == "sedd"}
+        cond_dim = options["cond_dim"] if options["time_cond"] else 0
+        super().__init__(shape, vocab_size, seq_len, options, cond_dim=cond_dim)
+        self.mask_id = vocab_size
+        self.time_mlp = nn.Sequential(nn.Linear(TIME_FREQ_DIM, cond_dim), nn.SiLU(),
+                                      nn.Linear(cond_dim, cond_dim)) if cond_dim else None
+        self._init()
+
+    # ---- network -------------------------------------------------------------------------
+    def forward(self, x_t: torch.Tensor, level: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits [B, L, V] over real tokens for a partly masked x_t [B, L]; level [B] noise level."""
+        positions = torch.arange(1, x_t.shape[1] + 1, device=x_t.device)
+        x = self.wte(x_t) + self.wpe(positions)
+        cond = None
+        if self.time_mlp is not None:
+            cond = self.time_mlp(_sinusoid(level, TIME_FREQ_DIM)).unsqueeze(1)  # [B, 1, c]
+        return self.logits_from_hidden(self.core(x, cond=cond))
+
+    def masked_nll(self, tokens: torch.Tensor, mask: torch.Tensor, level=None) -> torch.Tensor:
+        """-log p(x_i | x_unmasked) at masked positions, 0 elsewhere: [B, L] (SUBS copy-through)."""
+        self.check_tokens(tokens)
+        x_t = torch.where(mask, torch.full_like(tokens, self.mask_id), tokens)
+        logits = self(x_t, level)
+        nll = F.cross_entropy(logits.flatten(0, 1), tokens.flatten(), reduction="none").view_as(tokens)
+        return nll * mask
+
+    # ---- objectives ----------------------------------------------------------------------
+    def sample_t(self, batch: int, generator, device) -> torch.Tensor:
+        """Times in [0, 1); antithetic (evenly spread over the batch) by default, as MDLM."""
+        u = torch.rand(batch if not self.options["antithetic"] else 1, generator=generator, device=device)
+        if self.options["antithetic"]:
+            u = (u + torch.arange(batch, device=device) / batch) % 1.0
+        return u
+
+    def loss(self, tokens, generator=None):
+        return LOSS_FNS[self.options["loss"]](self, tokens, generator)
+
+
+def _mdlm_loss(model: MDM, tokens, generator):
+    B, L = tokens.shape
+    eps = model.options["eps"]
+    t = eps + (1 - eps) * model.sample_t(B, generator, tokens.device)  # [B]
+    mask = torch.rand(B, L, generator=generator, device=tokens.device) < t[:, None]
+    nll = model.masked_nll(tokens, mask, t)
+    return (nll.sum(1) / t).mean() / L
+
+
+def _kdce_loss(model: MDM, tokens, generator):
+    B, L = tokens.shape
+    k = torch.randint(1, L + 1, (B,), generator=generator, device=tokens.device)
+    rank = torch.rand(B, L, generator=generator, device=tokens.device).argsort(1).argsort(1)
+    mask = rank < k[:, None]  # exactly k masked positions, uniformly placed
+    nll = model.masked_nll(tokens, mask, k / L)
+    return (nll.sum(1) / k).mean()  # (L/k)·Σ_masked per sequence, divided by L tokens
+
+
+def _sedd_loss(model: MDM, tokens, generator):
+    """Score entropy (SEDD eq. 9) for the absorbing graph with log-linear noise.
+
+    σ̄(t) = -log(1 - (1-eps)t) so P(masked) = (1-eps)t; at a masked position the true ratio for
+    the clean token is 1/(e^σ̄ - 1) and 0 for other tokens. The network's log-scores are its
+    logits shifted by -log(e^σ̄ - 1) (SEDD's absorbing `scale_by_sigma`).
+    """
+    B, L = tokens.shape
+    eps = model.options["eps"]
+    t = model.sample_t(B, generator, tokens.device) * (1 - eps) + eps
+    sigma_bar = -torch.log1p(-(1 - eps) * t)  # [B]
+    dsigma = (1 - eps) / (1 - (1 - eps) * t)  # dσ̄/dt
+    mask = torch.rand(B, L, generator=generator, device=tokens.device) < (-torch.expm1(-sigma_bar))[:, None]
+    x_t = torch.where(mask, torch.full_like(tokens, model.mask_id), tokens)
+    log_esm1 = torch.log(torch.expm1(sigma_bar))[:, None, None]  # log(e^σ̄ - 1)
+    log_score = model(x_t, sigma_bar) - log_esm1  # [B, L, V]
+    ratio = torch.exp(-log_esm1[..., 0])  # [B, 1] true ratio at the clean token
+    pos = log_score.exp().sum(-1)  # Σ_y s_y
+    neg = ratio * log_score.gather(-1, tokens[..., None])[..., 0]
+    const = ratio * (torch.log(ratio) - 1)
+    entropy = (pos - neg + const) * mask
+    return (dsigma[:, None] * entropy).sum(1).mean() / L
+
+
+LOSS_FNS = {"mdlm": _mdlm_loss, "kdce": _kdce_loss, "sedd": _sedd_loss}
+
+
+def _sinusoid(level: torch.Tensor, dim: int) -> torch.Tensor:
+    """DiT-style sinusoidal embedding of a scalar noise level per sequence: [B] -> [B, dim]."""
+    level = torch.as_tensor(level, dtype=torch.float32).reshape(-1)
+    half = dim // 2
+    freqs = torch.exp(-math.log(10000.0) * torch.arange(half, device=level.device) / half)
+    angles = 1000.0 * level[:, None] * freqs[None]
+    return torch.cat([torch.cos(angles), torch.sin(angles)], dim=-1)
