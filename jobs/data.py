@@ -172,7 +172,8 @@ def shakespeare_play_files() -> dict[str, Path]:
 
 _MD_SPEAKER = re.compile(r"^\*\*(.+?)\*\*\s*$")  # "**HAMLET**" alone on a line
 _MD_HEADING = re.compile(r"^#+\s")  # "# Hamlet", "## ACT I", "### SCENE I. Elsinore."
-_MD_EMPHASIS = re.compile(r"(?<![A-Za-z0-9\\])[_*]+|(?<!\\)[_*]+(?![A-Za-z0-9])")  # "_Exit_", "*Exit.*"
+# Emphasis marks at a word's edge: "_Exit_", "*Exit.*", "__\[Aside]_" (escaped marks stay).
+_MD_EMPHASIS = re.compile(r"(?<![A-Za-z0-9\\])[_*]+|(?<!\\)[_*]+(?![A-Za-z0-9])")
 _MD_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")  # escaped ASCII punctuation: "\[", "\--", "1\."
 
 
@@ -323,16 +324,26 @@ def token_path(corpus: str, tokenizer: str, split: str) -> Path:
     return cache_root() / "tokens" / f"{_slug(corpus)}-{tokenizer}-{split}-{digest}.bin"
 
 
-def _write_tokens(documents: list[str], enc: tiktoken.Encoding, handle) -> int:
-    """Write the documents' tokens, joined by end-of-text, to an open binary file; return count."""
-    dtype, eot, n_tokens = token_dtype(enc.n_vocab), eot_token(enc), 0
+def encode_joined(documents: list[str], enc: tiktoken.Encoding, *,
+                  leading_eot: bool = False) -> np.ndarray:
+    """Tokens of the documents joined by end-of-text (and led by one if `leading_eot`).
+
+    Text is encoded as ordinary text: a literal "<|endoftext|>" inside a document is not special.
+    """
+    eot = np.array([eot_token(enc)], dtype=token_dtype(enc.n_vocab))
+    parts = []
+    for index, ids in enumerate(enc.encode_ordinary_batch(documents)):
+        if index > 0 or leading_eot:
+            parts.append(eot)
+        parts.append(np.asarray(ids, dtype=eot.dtype))
+    return np.concatenate(parts) if parts else eot[:0]
+
+
+def _write_tokens(documents: list[str], enc: tiktoken.Encoding, handle) -> None:
+    """Write the documents' tokens, joined by end-of-text, to an open binary file, in batches."""
     for start in range(0, len(documents), ENCODE_BATCH_DOCS):
-        encoded = enc.encode_ordinary_batch(documents[start:start + ENCODE_BATCH_DOCS])
-        for index, ids in enumerate(encoded):
-            ids = ids if start + index == 0 else [eot, *ids]
-            handle.write(np.asarray(ids, dtype=dtype).tobytes())
-            n_tokens += len(ids)
-    return n_tokens
+        batch = documents[start:start + ENCODE_BATCH_DOCS]
+        handle.write(encode_joined(batch, enc, leading_eot=start > 0).tobytes())
 
 
 def atomic_write(path: Path, write: Callable) -> None:

@@ -138,7 +138,7 @@ def _jsonl_corpus(tmp_path, n_docs: int = 40):
 
 
 def test_token_array_joins_documents_with_eot(tmp_path, cache_dir):
-    path = _jsonl_corpus(tmp_path)
+    path = _jsonl_corpus(tmp_path, n_docs=600)  # more than one encode batch of 256 documents
     enc = data.get_encoding("gpt2")
     tokens = data.token_array(str(path), "gpt2", "train")
     expected = []
@@ -168,8 +168,8 @@ def test_cache_key_follows_file_contents(tmp_path, cache_dir):
     path = _jsonl_corpus(tmp_path)
     before = data.token_path(str(path), "gpt2", "train")
     path.write_text(path.read_text() + json.dumps({"text": "one more"}) + "\n")
-    assert data.token_path(str(path), "gpt2", "train") != before
-    assert data.token_path(str(path), "gpt2", "validation") != data.token_path(str(path), "gpt2", "train")
+    after = data.token_path(str(path), "gpt2", "train")
+    assert after != before and data.token_path(str(path), "gpt2", "validation") != after
 
 
 def test_corpus_hash_is_sha256_of_tokens(tmp_path, cache_dir):
@@ -197,8 +197,10 @@ def test_concurrent_writers_agree_and_leave_no_temp_files(tmp_path, cache_dir):
     for worker in workers:
         worker.join(timeout=60)
         assert worker.exitcode == 0
-    assert results[0] == results[1] == results[2] == data.token_array(str(path), "gpt2", "train").tolist()
-    assert [p.name for p in (cache_dir / "tokens").iterdir()] == [data.token_path(str(path), "gpt2", "train").name]
+    expected = data.token_array(str(path), "gpt2", "train").tolist()
+    assert results[0] == results[1] == results[2] == expected
+    final_name = data.token_path(str(path), "gpt2", "train").name
+    assert [p.name for p in (cache_dir / "tokens").iterdir()] == [final_name]
 
 
 def test_atomic_write_leaves_nothing_on_failure(tmp_path):
