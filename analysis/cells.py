@@ -1,0 +1,71 @@
+"""From validated records to fit cells: latest step per run, NaNs dropped with a note, seeds
+grouped per size. A cell is one (family, variant, metric, dataset, split, m) curve."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+CELL_KEYS = ("family", "variant", "metric", "dataset", "split", "m")
+RUN_METRIC_KEYS = ("run_id", "metric", "dataset", "split", "m")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One x on a curve: per-seed values (seeds sorted); `draw_key` names its bootstrap draws."""
+
+    label: str
+    x: float
+    seeds: tuple[int, ...]
+    values: tuple[float, ...]
+    draw_key: str
+
+    @property
+    def array(self) -> np.ndarray:
+        """Per-seed values as floats."""
+        return np.asarray(self.values, dtype=float)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One curve's data, points sorted by x."""
+
+    key: tuple
+    points: tuple[Point, ...]
+
+    def as_dict(self) -> dict:
+        """The key as {column: value}."""
+        return dict(zip(CELL_KEYS, self.key))
+
+
+def latest(records: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """Rows at each run's last evaluated step, finite values only; notes say what was dropped."""
+    final = records.filter(pl.col("step") == pl.col("step").max().over(list(RUN_METRIC_KEYS)))
+    bad = final.filter(pl.col("value").is_null() | ~pl.col("value").is_finite())
+    notes = [f"{row['run_id']} {row['metric']}/{row['dataset']}: value {row['value']} (NaN/inf) dropped"
+             for row in bad.head(20).iter_rows(named=True)]
+    if bad.height > 20:
+        notes.append(f"... and {bad.height - 20} more NaN/inf values dropped")
+    return final.filter(pl.col("value").is_finite()), notes
+
+
+def per_seed(final: pl.DataFrame, x: str) -> pl.DataFrame:
+    """One row per (cell, size, seed): value averaged over duplicate runs, x per size."""
+    keys = [*CELL_KEYS, "size", "seed"]
+    return (final.group_by(keys).agg(pl.col("value").mean(), pl.col(x).cast(pl.Float64).median().alias("x"),
+                                     pl.len().alias("n_runs"))
+            .sort(keys, nulls_last=True))
+
+
+def build_cells(final: pl.DataFrame, x: str) -> list[Cell]:
+    """All cells of the latest records, with x taken from column `x` (median over a size's runs)."""
+    grouped = (per_seed(final, x).group_by([*CELL_KEYS, "size"], maintain_order=True)
+               .agg(pl.col("seed"), pl.col("value"), pl.col("x").median()))
+    cells: dict[tuple, list[Point]] = {}
+    for row in grouped.iter_rows(named=True):
+        key = tuple(row[k] for k in CELL_KEYS)
+        point = Point(row["size"], float(row["x"]), tuple(row["seed"]), tuple(row["value"]), row["size"])
+        cells.setdefault(key, []).append(point)
+    return [Cell(k, tuple(sorted(v, key=lambda p: (p.x, p.label)))) for k, v in
+            sorted(cells.items(), key=lambda kv: tuple("" if v is None else str(v) for v in kv[0]))]

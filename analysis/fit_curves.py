@@ -1,0 +1,215 @@
+"""`python -m analysis.fit_curves <study or records...> [--out DIR] [--bootstrap N] [--x ...] [--seed S]`
+
+How does the AR-vs-any-order gap move with scale, and how sensitive is any-order evaluation to the
+ensemble size, with error bars. Writes fits.json, tables/ (parquet + CSV), figures/ (PNG),
+report.md, a self-contained report.html and a copy of the study manifest into the report dir.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from analysis import ablations, figures, io, sections
+from analysis.cells import CELL_KEYS, build_cells, latest
+from analysis.ensemble import ensemble_studies
+from analysis.fits import CurveFit, fit_cell
+from analysis.gap import compute_gaps
+from analysis.records import Inputs, RecordsError, load
+from analysis.report import to_html, to_markdown
+
+X_AXES = ("n_params", "flops", "tokens")
+DEFAULT_BOOTSTRAP = 1000
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Every result the report shows (the fit part, without figures or files)."""
+
+    inputs: Inputs
+    x: str
+    bootstrap: int
+    seed: int
+    notes: tuple[str, ...]
+    cells: tuple
+    fits: tuple[CurveFit, ...]
+    gaps: tuple
+    gap_notes: tuple[str, ...]
+    ensembles: tuple
+    variants: pl.DataFrame
+    options: dict
+    factorial: pl.DataFrame | None
+
+
+def analyse(inputs: Inputs, *, bootstrap: int = DEFAULT_BOOTSTRAP, x: str = "n_params", seed: int = 0) -> Analysis:
+    """All fits, gaps, ensemble and ablation tables for validated inputs."""
+    final, notes = latest(inputs.records)
+    cells = build_cells(final, x)
+    fits = [fit_cell(c, x=x, resamples=bootstrap, seed=seed) for c in cells]
+    by_key = {c.key: f for c, f in zip(cells, fits)}
+    gaps, gap_notes = compute_gaps(cells, by_key, bootstrap, seed)
+    notes += [f"run without eval.parquet: {r}" for r in inputs.missing_runs]
+    families = sorted(final["family"].unique().to_list())
+    if len(families) < 2:
+        notes.append(f"only one family present ({', '.join(families) or 'none'}): no cross-family comparison")
+    return Analysis(inputs, x, bootstrap, seed, tuple(notes), tuple(cells), tuple(fits), tuple(gaps),
+                    tuple(gap_notes), tuple(ensemble_studies(final, x, bootstrap, seed)),
+                    ablations.variant_table(final), ablations.option_tables(final, inputs.options),
+                    ablations.factorial_table(final))
+
+
+def fits_json(a: Analysis) -> str:
+    """fits.json text: deterministic for fixed inputs and seed (sorted keys, no timestamps)."""
+    doc = {"x": a.x, "bootstrap": a.bootstrap, "seed": a.seed, "fits": [f.to_json() for f in a.fits],
+           "gaps": [_gap_json(g) for g in a.gaps],
+           "ensemble": [{"family": s.family, "variant": s.variant, "dataset": s.dataset, "split": s.split,
+                         "fits": [f.to_json() for f in s.fits],
+                         "gains": [{"size": g.size, "x": g.x, "m_min": g.m_min, "m_max": g.m_max, **g.gain.to_dict()}
+                                   for g in s.gains], "gain_trend": s.gain_trend.to_dict()} for s in a.ensembles]}
+    return json.dumps(doc, sort_keys=True, indent=1, allow_nan=False) + "\n"
+
+
+def _gap_json(g) -> dict:
+    return {"family": g.family, "variant": g.variant, "metric": g.metric, "dataset": g.dataset, "split": g.split,
+            "reference": g.reference, "trend": g.trend.to_dict(), "multiplier_reason": g.multiplier_reason,
+            "points": [{"size": p.size, "x": p.x, "paired": p.paired, "n_family": p.n_family,
+                        "n_reference": p.n_reference, **p.delta.to_dict()} for p in g.points],
+            "multipliers": [{"x": m.x, "k": _finite(m.k), "ci95": [_finite(m.lo), _finite(m.hi)],
+                             "unreached": m.unreached} for m in g.multipliers]}
+
+
+def _finite(v: float) -> float | None:
+    return v if v == v and abs(v) != float("inf") else None
+
+
+def _safe(*parts: object) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", "_".join(str(p) for p in parts if p is not None))
+
+
+def make_figures(a: Analysis) -> list:
+    """Figure blocks (PNG bytes in memory)."""
+    blocks, groups = [], {}
+    by_key = {f_cell.key: f for f_cell, f in zip(a.cells, a.fits)}
+    for cell in a.cells:
+        if cell.key[2] != "nll_ensemble":
+            groups.setdefault((cell.key[2], cell.key[3], cell.key[4], cell.key[5]), []).append(cell)
+    for (metric, dataset, split, m), cells in groups.items():
+        title = f"{metric} {dataset}/{split}" + (f" M={m}" if m is not None else "")
+        blocks.append(sections.fig(f"loss_vs_size_{_safe(metric, dataset, split, m)}.png",
+                                   figures.loss_vs_size(cells, by_key, title, a.x), f"{title} vs {a.x} (95% t-intervals, fitted curves)"))
+    for (dataset, split) in sorted({(g.dataset, g.split) for g in a.gaps}):
+        sel = [g for g in a.gaps if (g.dataset, g.split) == (dataset, split)]
+        blocks.append(sections.fig(f"gap_vs_size_{_safe(dataset, split)}.png", figures.gap_vs_size(sel, f"gap {dataset}/{split}", a.x),
+                                   f"Δ vs {a.x} on {dataset}/{split} (95% intervals)"))
+    for s in a.ensembles:
+        blocks.append(sections.fig(f"nll_vs_m_{_safe(s.family, s.variant, s.dataset, s.split)}.png", figures.nll_vs_m(s),
+                                   f"nll_ensemble vs M per size: {s.family}/{s.variant} {s.dataset}/{s.split}"))
+    curves = a.inputs.curves
+    if curves is not None and not curves.is_empty():
+        labels = a.inputs.records.select("run_id", "family").unique("run_id")
+        blocks.append(sections.fig("training_curves.png", figures.training_curves(curves, labels), "training curves"))
+    return blocks
+
+
+def report_blocks(a: Analysis, figure_blocks: list) -> list:
+    """All report sections in order."""
+    rec = a.inputs.records
+    intro = [sections.h("Inputs"),
+             sections.p(f"Sources: {', '.join(a.inputs.sources)}. {rec.height} records, "
+                        f"{rec['run_id'].n_unique()} runs, families: {', '.join(sorted(rec['family'].unique().to_list()))}; "
+                        f"x = {a.x}; bootstrap resamples = {a.bootstrap}, seed = {a.seed}.")]
+    intro += [sections.p(f"Note: {n}") for n in a.notes]
+    return (intro + sections.fits_section(list(a.fits), a.x, a.bootstrap) + sections.gap_section(list(a.gaps), list(a.gap_notes), a.x)
+            + sections.ensemble_section(list(a.ensembles)) + sections.ablation_section(a.variants, a.options, a.factorial)
+            + [sections.h("Figures")] + figure_blocks)
+
+
+def tables(a: Analysis) -> dict[str, pl.DataFrame]:
+    """The tables written under tables/."""
+    fit_rows = [{**{k: f.labels.get(k) for k in CELL_KEYS}, "status": f.status, "reason": f.reason,
+                 "n_points": f.n_points, "n_seeds_min": f.n_seeds_min,
+                 **{f"{n}{s}": v for n, prm in f.params.items() for s, v in (("", prm.value), ("_lo", prm.ci95[0]), ("_hi", prm.ci95[1]))}}
+                for f in a.fits]
+    gap_rows = [{"family": g.family, "variant": g.variant, "metric": g.metric, "dataset": g.dataset, "split": g.split,
+                 "reference": g.reference, "size": pt.size, "x": pt.x, "paired": pt.paired, **pt.delta.to_dict()}
+                for g in a.gaps for pt in g.points]
+    out = {"fits": pl.DataFrame(fit_rows, infer_schema_length=None), "points": a.variants,
+           "gap": pl.DataFrame(gap_rows, infer_schema_length=None)}
+    out.update({f"option_{_safe(k)}": v for k, v in a.options.items()})
+    if a.factorial is not None:
+        out["factorial"] = a.factorial
+    return out
+
+
+def write_report(a: Analysis, out_dir: Path) -> Path:
+    """Write every output of the report into out_dir (atomic file writes)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    io.write_text(out_dir / "fits.json", fits_json(a))
+    for name, frame in tables(a).items():
+        io.write_table(out_dir / "tables", name, frame)
+    figure_blocks = make_figures(a)
+    for b in figure_blocks:
+        io.write_bytes(out_dir / "figures" / b.name, b.png)
+    blocks = report_blocks(a, figure_blocks)
+    title = "aoscale scaling report"
+    io.write_text(out_dir / "report.md", to_markdown(title, blocks))
+    io.write_text(out_dir / "report.html", to_html(title, blocks))
+    manifest = a.inputs.study_dir / "study.json" if a.inputs.study_dir else None
+    if manifest is not None and manifest.is_file():
+        io.write_bytes(out_dir / "study.json", manifest.read_bytes())
+    return out_dir
+
+
+def default_out(paths: list[Path]) -> Path:
+    """<study>/report for a study dir, else report/ beside the first records file."""
+    first = paths[0]
+    return first / "report" if first.is_dir() else first.parent / "report"
+
+
+def run(paths: list[str | Path], out_dir: str | Path | None = None, *, bootstrap: int = DEFAULT_BOOTSTRAP,
+        x: str = "n_params", seed: int = 0) -> Path:
+    """Load, analyse and write the report; returns the report dir. Raises RecordsError on bad input."""
+    if x not in X_AXES:
+        raise RecordsError(f"--x: unknown axis '{x}'; use one of {', '.join(X_AXES)}")
+    if bootstrap < 10:
+        raise RecordsError(f"--bootstrap: {bootstrap} resamples is too few for a 95% interval; use >= 10")
+    inputs = load(list(paths))
+    out = Path(out_dir) if out_dir is not None else default_out([Path(p) for p in paths])
+    return write_report(analyse(inputs, bootstrap=bootstrap, x=x, seed=seed), out)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        print(f"fit_curves: {message}; see --help", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; returns the exit status (2 on bad input, nothing written)."""
+    parser = _Parser(prog="python -m analysis.fit_curves", description=__doc__.splitlines()[2])
+    parser.add_argument("paths", nargs="+", help="study directory and/or records files (.parquet, .ndjson)")
+    parser.add_argument("--out", default=None, help="report directory (default <study>/report)")
+    parser.add_argument("--bootstrap", type=int, default=DEFAULT_BOOTSTRAP, help="bootstrap resamples")
+    parser.add_argument("--x", default="n_params", choices=X_AXES, help="x axis of the fits")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    try:
+        out = run(args.paths, args.out, bootstrap=args.bootstrap, x=args.x, seed=args.seed)
+    except RecordsError as exc:
+        print(f"fit_curves: {exc}", file=sys.stderr)
+        return 2
+    print(out / "report.html")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,138 @@
+"""The AR-vs-any-order gap: Delta(x) = L_family(x) - L_ar(x) per size with t-intervals (paired by
+seed where at least two seeds match, Welch otherwise), its trend per decade of x, and the
+multiplier k(x): how many times more x the family needs to reach AR's loss at x."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from analysis.cells import Cell, Point
+from analysis.fits import MIN_SEEDS, CurveFit, PREDICT_FACTORS, predict
+from analysis.stats import SeedSummary, Trend, percentile_ci, summarise, trend, welch
+
+REFERENCE_FAMILY, REFERENCE_METRIC = "ar", "nll_l2r"
+COMPARED_METRICS = ("nll_anyorder", "nll_l2r")  # each non-AR family is compared under both
+
+
+@dataclass(frozen=True)
+class GapPoint:
+    """Delta at one size."""
+
+    size: str
+    x: float
+    delta: SeedSummary
+    paired: bool
+    n_family: int
+    n_reference: int
+
+
+@dataclass(frozen=True)
+class Multiplier:
+    """k(x) = x_family(L_ar(x)) / x with a bootstrap interval; unreached: share of resamples
+    in which the family's fitted floor E lies above AR's loss (k = inf)."""
+
+    x: float
+    k: float
+    lo: float
+    hi: float
+    unreached: float
+
+
+@dataclass(frozen=True)
+class Gap:
+    """One family/variant/metric against the AR reference on one dataset/split."""
+
+    family: str
+    variant: str
+    metric: str
+    dataset: str
+    split: str
+    reference: str
+    points: tuple[GapPoint, ...]
+    trend: Trend
+    multipliers: tuple[Multiplier, ...]
+    multiplier_reason: str = ""
+
+
+def _gap_point(a: Point, r: Point) -> tuple[GapPoint, list[tuple[str, np.ndarray, float]]]:
+    va, vr = dict(zip(a.seeds, a.values)), dict(zip(r.seeds, r.values))
+    common = sorted(set(va) & set(vr))
+    if len(common) >= MIN_SEEDS:
+        diffs = np.array([va[s] - vr[s] for s in common])
+        return GapPoint(a.label, r.x, summarise(diffs), True, a.array.size, r.array.size), [(a.draw_key, diffs, 1.0)]
+    delta = welch(summarise(a.array), summarise(r.array))
+    groups = [(a.draw_key + "|family", a.array, 1.0), (r.draw_key + "|reference", r.array, -1.0)]
+    return GapPoint(a.label, r.x, delta, False, a.array.size, r.array.size), groups
+
+
+def multipliers(fam: CurveFit | None, ref: CurveFit | None, xs: list[float]) -> tuple[tuple[Multiplier, ...], str]:
+    """k at the measured x and at the extrapolated x (PREDICT_FACTORS), from the two fits."""
+    if fam is None or ref is None or fam.status != "ok" or ref.status != "ok":
+        return (), "needs both power-law fits with status ok"
+    grid = sorted(xs) + [max(xs) * f for f in PREDICT_FACTORS]
+    out = []
+    for x in grid:
+        k_point = _k(_values(fam), _values(ref), x)[0]
+        k_boot = _k(fam.samples, ref.samples, x)
+        lo, hi = percentile_ci(k_boot)
+        out.append(Multiplier(float(x), float(k_point), float(lo), float(hi), float(np.mean(~np.isfinite(k_boot)))))
+    return tuple(out), ""
+
+
+def _values(fit: CurveFit) -> np.ndarray:
+    return np.array([p.value for p in fit.params.values()])
+
+
+def _k(fam: np.ndarray, ref: np.ndarray, x: float) -> np.ndarray:
+    fam, ref = np.atleast_2d(fam), np.atleast_2d(ref)
+    target = predict(ref, x)
+    excess = target - fam[:, 0]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        x_fam = np.power(fam[:, 1] / np.where(excess > 0, excess, 1.0), 1.0 / fam[:, 2])
+    return np.where(excess > 0, x_fam / x, np.inf)
+
+
+def compute_gaps(cells: list[Cell], fits: dict[tuple, CurveFit], resamples: int, seed: int) -> tuple[list[Gap], list[str]]:
+    """Every non-AR (family, variant) x COMPARED_METRICS against AR's nll_l2r, per dataset/split."""
+    refs = [c for c in cells if c.key[0] == REFERENCE_FAMILY and c.key[2] == REFERENCE_METRIC and c.key[5] is None]
+    if not refs:
+        return [], [f"no gap: no '{REFERENCE_FAMILY}' runs with metric '{REFERENCE_METRIC}'"]
+    notes, gaps = [], []
+    ref_by_data = {}
+    for c in refs:  # with several AR variants, the one with most runs is the reference
+        best = ref_by_data.get(c.key[3:5])
+        if best is None or _n_runs(c) > _n_runs(best):
+            ref_by_data[c.key[3:5]] = c
+    for c in cells:
+        ref = ref_by_data.get(c.key[3:5])
+        if c.key[0] == REFERENCE_FAMILY or c.key[2] not in COMPARED_METRICS or c.key[5] is not None or ref is None:
+            continue
+        gaps.append(_gap(c, ref, fits, resamples, seed))
+    if not gaps:
+        notes.append("no gap: no non-AR family with nll_anyorder or nll_l2r on the reference's datasets")
+    return gaps, notes
+
+
+def _n_runs(cell: Cell) -> int:
+    return sum(len(p.values) for p in cell.points)
+
+
+def _gap(c: Cell, ref: Cell, fits: dict, resamples: int, seed: int) -> Gap:
+    ref_points = {p.label: p for p in ref.points}
+    points, xs, groups = [], [], []
+    for a in c.points:
+        r = ref_points.get(a.label)
+        if r is None:
+            continue
+        gp, g = _gap_point(a, r)
+        points.append(gp)
+        if min(gp.n_family, gp.n_reference) >= MIN_SEEDS:
+            xs.append(gp.x)
+            groups.append(g)
+    tr = trend(xs, groups, resamples, seed)
+    mult, why = multipliers(fits.get(c.key), fits.get(ref.key), [p.x for p in points] or [1.0])
+    fam, variant, metric, dataset, split, _ = c.key
+    return Gap(fam, variant, metric, dataset, split, f"{ref.key[0]}/{ref.key[1]} {REFERENCE_METRIC}",
+               tuple(points), tr, mult, why)

@@ -1,0 +1,176 @@
+"""Reading records (the jobs -> analysis contract) from a study directory or from files.
+
+A study directory contributes `runs/*/eval.parquet` (records), `runs/*/spec.json` (run options
+for the ablation tables), `runs/*/metrics.ndjson` (training curves) and `study.json` (manifest).
+Files may be parquet or ndjson. Every problem with the input raises `RecordsError` whose message
+is one line naming the column or path and the fix; nothing is written before validation passes.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+# column -> (kind, nullable); kinds: str, int, float (ints accepted and cast). CONTRACTS.md "Records".
+SCHEMA: dict[str, tuple[str, bool]] = {
+    "study": ("str", False), "run_id": ("str", False), "family": ("str", False),
+    "variant": ("str", False), "size": ("str", False), "n_params": ("int", False),
+    "n_params_family": ("int", False), "tokens": ("int", False), "flops": ("float", False),
+    "seed": ("int", False), "step": ("int", False), "dataset": ("str", False),
+    "split": ("str", False), "metric": ("str", False), "value": ("float", False),
+    "se": ("float", True), "n_samples": ("int", False), "m": ("int", True), "unit": ("str", False),
+}
+KEY_COLUMNS = ("run_id", "family", "variant", "size", "seed", "step", "dataset", "split", "metric")
+CAST = {"str": pl.String, "int": pl.Int64, "float": pl.Float64}
+READERS = {".parquet": pl.read_parquet, ".ndjson": pl.read_ndjson, ".jsonl": pl.read_ndjson}
+FACTOR_PREFIX = "factor_"  # optional extra columns: per-run factor levels for the factorial table
+OPTION_PREFIX = "opt_"  # run options joined from spec.json: model_options keys and `ema`
+SPEC_SCALAR_OPTIONS = ("ema",)  # top-level spec.json fields that are ablation options
+
+
+class RecordsError(Exception):
+    """Bad input; the message is one line naming the column or path and the fix."""
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything analysis reads: records plus what a study directory adds."""
+
+    records: pl.DataFrame
+    study_dir: Path | None
+    sources: tuple[str, ...]
+    options: pl.DataFrame | None = None  # run_id + opt_* columns (strings)
+    curves: pl.DataFrame | None = None  # run_id, kind, step, tokens, loss
+    missing_runs: tuple[str, ...] = ()  # run dirs without eval.parquet ("<run_id> (<state>)")
+    notes: tuple[str, ...] = field(default=())
+
+
+def _kind_ok(dtype: pl.DataType, kind: str, nullable: bool) -> bool:
+    if dtype == pl.Null:
+        return nullable
+    if kind == "str":
+        return dtype in (pl.String, pl.Categorical) or isinstance(dtype, pl.Enum)
+    if kind == "int":
+        return dtype.is_integer()
+    return dtype.is_float() or dtype.is_integer()
+
+
+def validate(frame: pl.DataFrame, source: str) -> pl.DataFrame:
+    """Check columns and types, cast to the canonical dtypes; raises RecordsError naming the column."""
+    for name, (kind, nullable) in SCHEMA.items():
+        if name not in frame.columns:
+            raise RecordsError(f"{source}: missing required column '{name}' ({kind}); add it to the records")
+        if not _kind_ok(frame.schema[name], kind, nullable):
+            raise RecordsError(f"{source}: column '{name}' has type {frame.schema[name]}, expected {kind}")
+    for name in KEY_COLUMNS:
+        if frame[name].null_count():
+            raise RecordsError(f"{source}: column '{name}' has null values; every record needs a {name}")
+    casts = [pl.col(n).cast(CAST[k]) for n, (k, _) in SCHEMA.items()]
+    return frame.with_columns(casts)
+
+
+def read_file(path: Path) -> pl.DataFrame:
+    """One records file, validated."""
+    reader = READERS.get(path.suffix.lower())
+    if reader is None:
+        raise RecordsError(f"{path}: unknown records format '{path.suffix}'; use .parquet or .ndjson")
+    try:
+        frame = reader(path)
+    except Exception as exc:  # polars raises several types for unreadable files
+        raise RecordsError(f"{path}: cannot read records ({type(exc).__name__}); check the file") from exc
+    return validate(frame, str(path))
+
+
+def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+
+
+def load(paths: list[str | Path]) -> Inputs:
+    """Records from study directories and/or files (all validated before anything is written)."""
+    if not paths:
+        raise RecordsError("paths: no study directory or records file given; pass <study> or files")
+    frames, options, curves, missing, study_dir = [], [], [], [], None
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            study_dir = study_dir or path
+            part = _load_study(path)
+            frames += part["frames"]
+            options += part["options"]
+            curves += part["curves"]
+            missing += part["missing"]
+        elif path.is_file():
+            frames.append(read_file(path))
+        else:
+            raise RecordsError(f"{path}: no such file or directory; pass a study dir or records files")
+    records = _concat(frames)
+    return Inputs(records=records, study_dir=study_dir, sources=tuple(str(p) for p in paths),
+                  options=_concat(options) if options else None,
+                  curves=_concat(curves) if curves else None, missing_runs=tuple(missing))
+
+
+def _load_study(study: Path) -> dict[str, list]:
+    files = sorted(study.glob("runs/*/eval.parquet"))
+    if not files:
+        raise RecordsError(f"{study}/runs/*/eval.parquet: no records found; evaluate runs or pass record files")
+    out: dict[str, list] = {"frames": [read_file(f) for f in files], "options": [], "curves": [], "missing": []}
+    for run_dir in sorted(p for p in (study / "runs").iterdir() if p.is_dir()):
+        if not (run_dir / "eval.parquet").is_file():
+            out["missing"].append(f"{run_dir.name} ({_run_state(run_dir)})")
+        opts = _run_options(run_dir)
+        if opts is not None:
+            out["options"].append(opts)
+        curve = _run_curve(run_dir)
+        if curve is not None:
+            out["curves"].append(curve)
+    return out
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _run_state(run_dir: Path) -> str:
+    status = _read_json(run_dir / "status.json") or {}
+    return str(status.get("state", "no status.json"))
+
+
+def _run_options(run_dir: Path) -> pl.DataFrame | None:
+    spec = _read_json(run_dir / "spec.json")
+    if spec is None:
+        return None
+    opts = {f"{OPTION_PREFIX}{k}": _opaque(v) for k, v in (spec.get("model_options") or {}).items()}
+    opts.update({f"{OPTION_PREFIX}{k}": _opaque(spec[k]) for k in SPEC_SCALAR_OPTIONS if k in spec})
+    return pl.DataFrame({"run_id": [run_dir.name], **{k: [v] for k, v in opts.items()}})
+
+
+def _opaque(value: object) -> str:
+    return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else str(value)
+
+
+def _run_curve(run_dir: Path) -> pl.DataFrame | None:
+    path = run_dir / "metrics.ndjson"
+    if not path.is_file():
+        return None
+    rows = []
+    for line in path.read_text().splitlines():
+        row = _parse_line(line)
+        loss = row.get("loss", row.get("val_loss")) if row else None
+        if row and isinstance(loss, (int, float)) and isinstance(row.get("step"), int):
+            rows.append({"run_id": run_dir.name, "kind": str(row.get("kind", "train")),
+                         "step": row["step"], "tokens": int(row.get("tokens") or 0), "loss": float(loss)})
+    return pl.DataFrame(rows) if rows else None
+
+
+def _parse_line(line: str) -> dict | None:
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None  # a partially written last line of a live run
+    return row if isinstance(row, dict) else None

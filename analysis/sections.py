@@ -1,0 +1,118 @@
+"""Report sections: each turns analysis results into report blocks (and figure bytes)."""
+from __future__ import annotations
+
+import polars as pl
+
+from analysis.ablations import option_title
+from analysis.fits import CurveFit
+from analysis.report import Block, interval, num
+
+
+def h(text: str, level: int = 2) -> Block:
+    """Heading block."""
+    return Block("h", text=text, level=level)
+
+
+def p(text: str) -> Block:
+    """Paragraph block."""
+    return Block("p", text=text)
+
+
+def table(headers: list[str], rows: list[list[str]]) -> Block:
+    """Table block."""
+    return Block("table", headers=tuple(headers), rows=tuple(tuple(r) for r in rows))
+
+
+def fig(name: str, png: bytes, caption: str) -> Block:
+    """Figure block."""
+    return Block("fig", text=caption, name=name, png=png)
+
+
+def _param(fit: CurveFit, name: str) -> str:
+    prm = fit.params.get(name)
+    return interval(prm.value, *prm.ci95) if prm else "n/a"
+
+
+def fit_rows(fits: list[CurveFit], names: tuple[str, ...], label_keys: tuple[str, ...]) -> list[list[str]]:
+    """One row per fit: labels, status, parameters with intervals, n_points, min seeds, reason."""
+    return [[str(f.labels.get(k, "")) for k in label_keys] + [f.status] + [_param(f, n) for n in names]
+            + [str(f.n_points), str(f.n_seeds_min), f.reason] for f in fits]
+
+
+def fits_section(fits: list[CurveFit], x: str, resamples: int) -> list[Block]:
+    """The power-law fit table."""
+    keys = ("family", "variant", "metric", "dataset", "split", "m")
+    head = [*keys, "status", "E", "A", "alpha", "n_points", "n_seeds_min", "reason / notes"]
+    preds = [[*(str(f.labels[k]) for k in keys), num(x_), interval(pr.value, *pr.ci95, n=f.n_seeds_min)]
+             for f in fits for x_, pr in f.predictions]
+    return [h("Power-law fits"),
+            p(f"L({x}) = E + A*{x}^-alpha, Huber (delta=1e-3) on log L, L-BFGS-B from a grid of starts; "
+              f"95 % intervals from {resamples} bootstrap resamples of seeds within each size. "
+              "A size needs >= 2 seeds and a fit >= 3 such sizes, otherwise it is reported as not identifiable."),
+            table(head, fit_rows(fits, ("E", "A", "alpha"), keys)),
+            h("Extrapolated predictions", 3),
+            table([*keys, x, "prediction [95% CI] (n = min seeds per size)"], preds) if preds else p("none")]
+
+
+def gap_section(gaps: list, notes: list[str], x: str) -> list[Block]:
+    """Per-size gap tables, trends and multipliers."""
+    out = [h("Gap to AR (Δ = family − AR nll_l2r)")] + [p(n) for n in notes]
+    for g in gaps:
+        out.append(h(f"{g.family}/{g.variant} {g.metric} vs {g.reference} — {g.dataset}/{g.split}", 3))
+        rows = [[pt.size, num(pt.x), interval(pt.delta.mean, pt.delta.lo, pt.delta.hi),
+                 "paired by seed" if pt.paired else "Welch (unpaired)",
+                 f"{pt.delta.n}" if pt.paired else f"{pt.n_family} vs {pt.n_reference}"] for pt in g.points]
+        out.append(table(["size", x, f"Δ ({g.metric} − AR nll_l2r) [95% CI]", "pairing", "n"], rows))
+        t = g.trend
+        out.append(p(f"Trend: Δ changes by {interval(t.slope, t.lo, t.hi, n=f'{t.n_points} sizes')} nats per decade "
+                     f"of {x} (status {t.status}{': ' + t.reason if t.reason else ''})."))
+        if g.multipliers:
+            out.append(table([x, f"k: x-multiplier to reach AR's loss [95% CI]", "share of resamples never reaching"],
+                             [[num(m.x), interval(m.k, m.lo, m.hi), num(m.unreached, 3)] for m in g.multipliers]))
+        else:
+            out.append(p(f"Multiplier k(x) not computed: {g.multiplier_reason}."))
+    return out
+
+
+def ensemble_section(studies: list) -> list[Block]:
+    """NLL(M) fits per size and the M_min -> M_max gain vs size."""
+    out = [h("Ensemble-size sensitivity (nll_ensemble vs M)")]
+    if not studies:
+        return out + [p("No nll_ensemble records with m: ensemble analysis skipped.")]
+    for s in studies:
+        out.append(h(f"{s.family}/{s.variant} — {s.dataset}/{s.split}", 3))
+        out.append(table(["size", "status", "c", "b", "gamma", "n_points", "n_seeds_min", "reason / notes"],
+                         fit_rows(list(s.fits), ("c", "b", "gamma"), ("size",))))
+        out.append(table(["size", "x", "M range", "gain NLL(M_min) − NLL(M_max) [95% CI] (n)"],
+                         [[g.size, num(g.x), f"{g.m_min}→{g.m_max}", interval(g.gain.mean, g.gain.lo, g.gain.hi, g.gain.n)]
+                          for g in s.gains]))
+        t = s.gain_trend
+        out.append(p(f"Gain trend: {interval(t.slope, t.lo, t.hi, n=f'{t.n_points} sizes')} nats per decade of "
+                     f"model size (status {t.status}{': ' + t.reason if t.reason else ''})."))
+    return out
+
+
+def summary_rows(frame: pl.DataFrame, keys: list[str]) -> list[list[str]]:
+    """Rows of a seed-summary table: keys then 'mean [lo, hi] (n)'."""
+    return [[str(r[k]) for k in keys] + [interval(r["mean"], r["lo"], r["hi"], r["n"])]
+            for r in frame.iter_rows(named=True)]
+
+
+def ablation_section(variants: pl.DataFrame, options: dict[str, pl.DataFrame], factorial: pl.DataFrame | None) -> list[Block]:
+    """Variant, option and factorial tables."""
+    keys = ["family", "variant", "size", "dataset", "split", "metric", "m"]
+    out = [h("Ablations"), h("All variants (seed summaries)", 3),
+           table([*keys, "mean [95% CI] (n seeds)"], summary_rows(variants, keys))]
+    for name, frame in options.items():
+        okeys = ["family", name, "variant", "size", "dataset", "split", "metric"]
+        out += [h(f"{option_title(name)} (spec option '{name}'; nll_anyorder and nll_l2r side by side)", 3),
+                table([*okeys, "mean [95% CI] (n seeds)"], summary_rows(frame.sort(okeys, nulls_last=True), okeys))]
+    if factorial is not None:
+        fkeys = ["family", "size", "dataset", "split", "metric", "effect", "contrast"]
+        out += [h("Factorial: main effects and interactions", 3),
+                p("Effect = mean(+) − mean(−) over the balanced cell means; t-interval from the pooled "
+                  "within-cell (seed) variance."),
+                table([*fkeys, "effect [95% CI] (n runs)"],
+                      [[str(r[k]) for k in fkeys] + [interval(r["estimate"], r["lo"], r["hi"], r["n"])]
+                       for r in factorial.iter_rows(named=True)])]
+    return out
