@@ -1,0 +1,354 @@
+"""Slurm executor: runs as a submitit job array, checkpoint-and-requeue on preemption/timeout.
+
+`SlurmExecutor(study_dir, options).submit_all(run_dirs)` submits one array task per run (the
+array's parallelism capped by `options.array_parallelism`) and returns at once. Each task runs
+`RunJob`, a submitit `Checkpointable` around `jobs.pipeline.execute_run`.
+
+Preemption is consistent with the optimizer step: submitit's own SIGUSR2 handler would run
+`checkpoint()` at whatever bytecode the signal lands on (possibly between `optimizer.step()`
+and the RNG/data-position update). `RunJob` therefore *defers* it: its handler only calls
+`jobs.train.request_stop()`; the training loop finishes the step in flight, writes a checkpoint
+and returns "preempted"; only then is submitit's handler invoked, which pickles `checkpoint()`
+(the same callable: all state is on disk), runs `scontrol requeue` and exits. The requeued task
+resumes from that checkpoint.
+
+Logs and submitit pickles go to `<study>/logs/slurm/<submission>/` (a fresh folder per
+submission: Slurm job ids restart when a cluster's state is reset, and a stale result pickle
+with a reused id would be read as this job's result). Job ids are recorded in
+`<study>/logs/slurm/jobs.json` (run_id -> job id) by the submitter and in each run's
+status.json (`job_id`) by the task itself.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jobs import runfiles
+from jobs.executors import PIPELINE, record_failure, resolve, run_exclusive
+
+STOP_HOOK = "jobs.train:request_stop"
+REPO = Path(__file__).resolve().parents[2]
+SIGNAL_DELAY_S = 90  # USR2 this long before the time limit (submitit's default), time to checkpoint
+SLURM_CMD_TIMEOUT_S = 20
+JOBS_FILE = "jobs.json"
+MEM_PATTERN = re.compile(r"^[0-9]+[KMGT]?$")
+TIME_PATTERN = re.compile(r"^(?:(\d+)-)?(\d+):(\d{1,2})(?::(\d{1,2}))?$")
+
+# Slurm job states (sacct/squeue names) -> ledger states of status.json
+QUEUE_TO_LEDGER = {
+    "PENDING": "pending", "REQUEUED": "pending", "REQUEUE_HOLD": "pending", "REQUEUE_FED": "pending",
+    "CONFIGURING": "pending", "SUSPENDED": "pending", "PREEMPTED": "preempted",
+    "RUNNING": "running", "COMPLETING": "running", "COMPLETED": "done",
+    "FAILED": "failed", "CANCELLED": "failed", "TIMEOUT": "failed", "NODE_FAIL": "failed",
+    "OUT_OF_MEMORY": "failed", "BOOT_FAIL": "failed", "DEADLINE": "failed",
+}
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """sbatch-style resources for every array task; plain values, never part of a run id.
+
+    CLI flags (scaling.launch): --slurm-partition, --slurm-account, --slurm-qos, --slurm-time,
+    --slurm-constraint, --nodes, --gpus-per-node, --cpus-per-task, --mem,
+    --slurm-array-parallelism, --slurm-additional key=value (repeatable).
+    """
+
+    partition: str = ""
+    account: str = ""
+    qos: str = ""
+    time_min: int = 60
+    constraint: str = ""
+    nodes: int = 1
+    gpus_per_node: int = 0
+    cpus_per_task: int = 1
+    mem: str = ""
+    array_parallelism: int = 64
+    additional: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def tasks_per_node(self) -> int:
+        """One srun task per GPU (DeepSpeed ranks), one task on CPU-only nodes."""
+        return max(1, self.gpus_per_node)
+
+
+def parse_time_min(text: str | int) -> int:
+    """`--slurm-time` in minutes: `90`, `HH:MM`, `HH:MM:SS` or `D-HH:MM[:SS]` (seconds round up)."""
+    text = str(text).strip()
+    if text.isdigit():
+        return int(text)
+    match = TIME_PATTERN.match(text)
+    if not match:
+        raise ValueError(f"slurm_time: {text!r} is not a time; fix: give minutes or [D-]HH:MM[:SS]")
+    days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    return days * 1440 + hours * 60 + minutes + (1 if seconds else 0)
+
+
+def parse_additional(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """`--slurm-additional key=value` items -> sorted ((key, value), ...) pairs."""
+    pairs = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not re.match(r"^[a-z][a-z0-9_-]*$", key.strip()):
+            raise ValueError(f"slurm_additional: {item!r} is not key=value; fix: e.g. --slurm-additional mail_type=END")
+        pairs[key.strip().replace("-", "_")] = value.strip()
+    return tuple(sorted(pairs.items()))
+
+
+def slurm_partitions() -> list[str]:
+    """Partitions the cluster offers (`sinfo`); raises ValueError when Slurm is not reachable."""
+    if shutil.which("sinfo") is None:
+        raise ValueError("backend: slurm commands (sinfo) not found; fix: run on a Slurm login node or use --backend local")
+    proc = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True, timeout=SLURM_CMD_TIMEOUT_S)
+    if proc.returncode != 0:
+        first = (proc.stderr.strip().splitlines() or ["no output"])[0]
+        raise ValueError(f"backend: sinfo failed ({first}); fix: check that slurmctld is up (scripts/slurm-cluster.sh start)")
+    return [p.strip().rstrip("*") for p in proc.stdout.split() if p.strip()]
+
+
+def validate_slurm_options(opts: SlurmOptions) -> None:
+    """Check every option (and that the partition exists) before anything is written or submitted."""
+    positive = {"nodes": opts.nodes, "cpus_per_task": opts.cpus_per_task, "slurm_time": opts.time_min,
+                "slurm_array_parallelism": opts.array_parallelism}
+    for name, value in positive.items():
+        if value < 1:
+            raise ValueError(f"{name}: {value} must be >= 1; fix: pass a positive integer")
+    if opts.gpus_per_node < 0:
+        raise ValueError(f"gpus_per_node: {opts.gpus_per_node} must be >= 0; fix: pass 0 for CPU-only or a GPU count")
+    if opts.mem and not MEM_PATTERN.match(opts.mem):
+        raise ValueError(f"mem: {opts.mem!r} is not a size; fix: e.g. --mem 16G")
+    partitions = slurm_partitions()
+    if opts.partition and opts.partition not in partitions:
+        raise ValueError(f"slurm_partition: unknown partition {opts.partition!r}; fix: use one of {', '.join(partitions)}")
+
+
+def _record_job_id(run_dir: str) -> None:
+    """Write the array task id into status.json (keeping its state) from inside the job."""
+    job_id = runfiles.job_id()
+    status = runfiles.read_status(run_dir)
+    if status.get("job_id") != job_id:
+        runfiles.write_status(run_dir, status.get("state", "pending"), job_id=job_id)
+
+
+class RunJob:
+    """The callable each array task runs: `execute_run(run_dir)` with deferred, step-consistent preemption.
+
+    Submitit treats a callable with a `checkpoint` method as checkpointable: on SIGUSR2 it calls
+    `checkpoint()`, pickles the returned submission, requeues the job and exits.
+    """
+
+    def __init__(self, pipeline: str = PIPELINE, stop_hook: str = STOP_HOOK) -> None:
+        self.pipeline = pipeline
+        self.stop_hook = stop_hook
+
+    def __call__(self, run_dir: str) -> str:
+        import submitit  # noqa: PLC0415
+
+        env = submitit.JobEnvironment()
+        if env.num_tasks > 1:
+            submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+        if env.global_rank == 0:
+            _record_job_id(run_dir)
+        deferred = _DeferredSignal(resolve(self.stop_hook))
+        if env.global_rank == 0:  # the run's lock and attempt count belong to rank 0
+            result = run_exclusive(run_dir, self.pipeline)
+        else:
+            result = resolve(self.pipeline)(run_dir)
+        if result == "preempted":
+            deferred.forward()  # checkpoint() + scontrol requeue + exit, now that the step is whole
+        return result
+
+    def checkpoint(self, run_dir: str) -> Any:
+        """Resubmit the same call: everything the resumed job needs is in the run's checkpoint."""
+        import submitit  # noqa: PLC0415
+
+        return submitit.helpers.DelayedSubmission(self, run_dir)
+
+
+class _DeferredSignal:
+    """Replace submitit's preemption handler by one that only asks training to stop."""
+
+    def __init__(self, request_stop: Callable[[], None]) -> None:
+        import submitit  # noqa: PLC0415
+
+        self.signum = submitit.JobEnvironment._usr_sig()
+        self.request_stop = request_stop
+        self.received = False
+        self.submitit_handler = signal.getsignal(self.signum)
+        signal.signal(self.signum, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.received = True
+        self.request_stop()
+
+    def forward(self) -> None:
+        """Hand the (deferred) signal to submitit: checkpoint, requeue, exit."""
+        if self.received and callable(self.submitit_handler):
+            self.submitit_handler(self.signum, None)
+
+
+class SlurmHandle:
+    """One submitted run: `done()`, `result()`, `state` (a status.json state), `job_id`."""
+
+    def __init__(self, job: Any, run_dir: Path) -> None:
+        self.job = job
+        self.run_dir = Path(run_dir)
+        self.error = ""
+
+    @property
+    def job_id(self) -> str:
+        return str(self.job.job_id)
+
+    @property
+    def queue_state(self) -> str:
+        """The scheduler's state (PENDING, RUNNING, REQUEUED, COMPLETED, FAILED, ...)."""
+        return self.job.state.split()[0].upper()
+
+    @property
+    def state(self) -> str:
+        """Ledger state: status.json once it says done/failed, else the queue state mapped."""
+        ledger = _ledger_state(self.run_dir)
+        if ledger in ("done", "failed") or self.error:
+            return "failed" if self.error else ledger
+        return QUEUE_TO_LEDGER.get(self.queue_state, ledger)
+
+    def done(self) -> bool:
+        """True once the task has a result or the scheduler says it ended (even without one)."""
+        return bool(self.job.done())
+
+    def result(self, poll_s: float = 2.0) -> str:
+        """Block until the task ends; its final state ("done", ...) or "failed" if it died without one.
+
+        A task that ends without a result pickle (killed, OOM, node failure) is recorded in the
+        run's status.json as failed, with the scheduler's state as the reason.
+        """
+        while not self.done():
+            time.sleep(poll_s)
+        try:
+            return str(self.job.result())
+        except Exception as exc:  # noqa: BLE001 - submitit raises several types for a dead job
+            self.error = (f"slurm job {self.job_id} ended {self.queue_state} without a result "
+                          f"({type(exc).__name__}); log: {self.job.paths.stdout}")
+            _mark_failed(self.run_dir, self.error)
+            return "failed"
+
+
+def _ledger_state(run_dir: Path) -> str:
+    return str(runfiles.read_status(run_dir).get("state", "pending"))
+
+
+def _mark_failed(run_dir: Path, reason: str) -> None:
+    """Record a task that died without a result (a pipeline error is already recorded)."""
+    if _ledger_state(run_dir) not in ("done", "failed"):
+        record_failure(run_dir, reason)
+
+
+class SlurmExecutor:
+    """Submit runs to Slurm through submitit (one job array per `submit_all`); `slots` None:
+    the scheduler queues them."""
+
+    slots = None
+
+    def __init__(self, study_dir: str | Path, options: SlurmOptions, *, pipeline: str = PIPELINE,
+                 stop_hook: str = STOP_HOOK) -> None:
+        self.study_dir = Path(study_dir)
+        self.options = options
+        self.callable = RunJob(pipeline, stop_hook)
+
+    @property
+    def log_root(self) -> Path:
+        return self.study_dir / "logs" / "slurm"
+
+    def submit(self, run_dir: str | Path) -> SlurmHandle:
+        """Submit one run (an array of one)."""
+        return self.submit_all([run_dir])[0]
+
+    def submit_all(self, run_dirs: Sequence[str | Path]) -> list[SlurmHandle]:
+        """Submit the runs as one job array and return at once; job ids go to logs/slurm/jobs.json."""
+        if not run_dirs:
+            return []
+        executor = self._executor()
+        with executor.batch():
+            jobs = [executor.submit(self.callable, str(Path(d).resolve())) for d in run_dirs]
+        handles = [SlurmHandle(job, Path(d)) for job, d in zip(jobs, run_dirs)]
+        _merge_json(self.log_root / JOBS_FILE, {h.run_dir.name: h.job_id for h in handles})
+        return handles
+
+    def shutdown(self) -> None:
+        """Nothing to stop here: submitted jobs belong to the cluster (cancel with `scancel`)."""
+
+    def _executor(self) -> Any:
+        import submitit  # noqa: PLC0415
+
+        stamp = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+        executor = submitit.SlurmExecutor(folder=self.log_root / stamp / "%j")
+        executor.update_parameters(**submitit_parameters(self.options, self.study_dir.name))
+        return executor
+
+
+def submitit_parameters(opts: SlurmOptions, job_name: str) -> dict[str, Any]:
+    """SlurmOptions -> submitit.SlurmExecutor parameters (empty strings mean: cluster default)."""
+    params: dict[str, Any] = {
+        "job_name": f"aoscale-{job_name}"[:60], "time": opts.time_min, "nodes": opts.nodes,
+        "ntasks_per_node": opts.tasks_per_node, "cpus_per_task": opts.cpus_per_task,
+        "array_parallelism": opts.array_parallelism, "signal_delay_s": SIGNAL_DELAY_S,
+        "stderr_to_stdout": True, "setup": [f"export PYTHONPATH={REPO}${{PYTHONPATH:+:$PYTHONPATH}}"],
+    }
+    if opts.gpus_per_node:
+        params["gpus_per_node"] = opts.gpus_per_node
+    named = {"partition": opts.partition, "account": opts.account, "qos": opts.qos,
+             "constraint": opts.constraint, "mem": opts.mem}
+    params.update({k: v for k, v in named.items() if v})
+    if opts.additional:
+        params["additional_parameters"] = dict(opts.additional)
+    return params
+
+
+def _merge_json(path: Path, entries: dict[str, str]) -> None:
+    current = runfiles.read_json(path, default={})
+    current.update(entries)
+    runfiles.atomic_write_json(path, current)
+
+
+def queue_states(study_dir: str | Path) -> dict[str, dict[str, str]]:
+    """run_id -> {"job_id", "queue_state"} for the study's Slurm jobs (for `scaling.status`).
+
+    Active tasks come from `squeue`, finished ones from `sacct`; "UNKNOWN" when neither knows.
+    """
+    path = Path(study_dir) / "logs" / "slurm" / JOBS_FILE
+    if not path.exists():
+        return {}
+    jobs = json.loads(path.read_text())
+    states = _scheduler_states(sorted({j.split("_")[0] for j in jobs.values()}))
+    return {run: {"job_id": job, "queue_state": states.get(job, "UNKNOWN")} for run, job in jobs.items()}
+
+
+def _scheduler_states(array_ids: list[str]) -> dict[str, str]:
+    if not array_ids or shutil.which("squeue") is None:
+        return {}
+    joined = ",".join(array_ids)
+    states: dict[str, str] = {}
+    sacct = _run_lines(["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", joined])
+    squeue = _run_lines(["squeue", "-h", "-r", "-o", "%i|%T", "-j", joined])
+    for line in sacct + squeue:  # squeue last: it is the live view
+        job, _, state = line.partition("|")
+        if state:
+            states[job.strip()] = state.split()[0].upper()
+    return states
+
+
+def _run_lines(cmd: list[str]) -> list[str]:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=SLURM_CMD_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return proc.stdout.splitlines() if proc.returncode == 0 else []
