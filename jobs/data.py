@@ -364,6 +364,11 @@ def atomic_write(path: Path, write: Callable) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    directory = os.open(path.parent, os.O_RDONLY)  # make the rename itself durable
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
 
 
 def token_array(corpus: str, tokenizer: str, split: str) -> np.ndarray:
