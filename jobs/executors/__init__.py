@@ -1,0 +1,149 @@
+"""Executors: run a study's run directories somewhere, behind one submitit-shaped interface.
+
+An executor has `submit(run_dir) -> handle`; a handle has `done()`, `result()` (the run's final
+ledger state) and `state`. `slots` says how many runs the executor trains at once (None: the
+scheduler queues them, as Slurm does). Backends are looked up by name in `EXECUTORS` and imported
+only when chosen, so `local` never pulls in submitit or Ray.
+
+Every backend runs `run_exclusive(run_dir)`: it takes the run's lock (`fcntl.flock` on
+`<run_dir>/.lock`, non-blocking), counts the attempt in status.json and calls
+`jobs.pipeline.execute_run`. The kernel drops a flock when its holder dies, so a killed launcher
+or worker never leaves a stale lock, and two launchers can never train one run at the same time.
+"""
+from __future__ import annotations
+
+import fcntl
+import importlib
+import os
+from pathlib import Path
+from typing import Any, Protocol
+
+from jobs import runfiles
+
+LOCK_FILE = ".lock"
+BUSY = "busy"  # result of a run whose lock another live process holds
+FINAL_STATES = ("done", "failed", "preempted", BUSY)
+PIPELINE = "jobs.pipeline:execute_run"
+
+# name -> "module:class"; modules are imported on first use only.
+EXECUTORS: dict[str, str] = {
+    "local": "jobs.executors.local:LocalExecutor",
+    "slurm": "jobs.executors.slurm:SlurmExecutor",
+    "ray": "jobs.executors.ray_tune:RayExecutor",
+}
+
+
+class Handle(Protocol):
+    """A submitted run (submitit's Job shape)."""
+
+    run_dir: Path
+    job_id: str
+
+    @property
+    def state(self) -> str: ...
+
+    def done(self) -> bool: ...
+
+    def result(self) -> str: ...
+
+
+class Executor(Protocol):
+    """Runs run directories; `slots` = runs at once (None = no limit on submissions)."""
+
+    slots: int | None
+
+    def submit(self, run_dir: str | Path) -> Handle: ...
+
+    def shutdown(self) -> None: ...
+
+
+def get_executor(name: str, **options: Any) -> Executor:
+    """Build the executor registered as `name`; unknown or uninstalled backends -> ValueError."""
+    if name not in EXECUTORS:
+        raise ValueError(f"backend: unknown backend {name!r}; valid: {', '.join(EXECUTORS)}")
+    module_name, _, class_name = EXECUTORS[name].partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"backend: {name} is not available ({error}); install aoscale[{name}]") from None
+    return getattr(module, class_name)(**options)
+
+
+def resolve(ref: str) -> Any:
+    """The object named by `module:attribute`."""
+    module_name, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+class RunLock:
+    """An exclusive, non-blocking flock on `<run_dir>/.lock`, held until `release()` or death."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.path = Path(run_dir) / LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> bool:
+        """Take the lock if nobody holds it; False when another open file holds it."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        """Drop the lock (closing the descriptor releases the flock)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def lock_held(run_dir: str | Path) -> bool:
+    """Whether some live process (this one included, through another descriptor) holds the run."""
+    if not (Path(run_dir) / LOCK_FILE).exists():
+        return False
+    probe = RunLock(run_dir)
+    if probe.acquire():
+        probe.release()
+        return False
+    return True
+
+
+def one_line(error: BaseException) -> str:
+    """`Type: first line of the message`, at most 300 characters, for status.json's reason."""
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
+
+
+def record_failure(run_dir: str | Path, reason: str) -> None:
+    """Mark the run failed with `reason` and count the failure (status.json `failures`)."""
+    status = runfiles.read_status(run_dir)
+    runfiles.write_status(run_dir, "failed", reason=reason, failures=int(status.get("failures", 0)) + 1)
+
+
+def _count_attempt(run_dir: Path) -> None:
+    status = runfiles.read_status(run_dir)
+    runfiles.write_status(run_dir, status.get("state", "pending"), attempts=int(status.get("attempts", 0)) + 1)
+
+
+def run_exclusive(run_dir: str | Path, pipeline: str = PIPELINE) -> str:
+    """Run the pipeline on `run_dir` under its lock; `BUSY` if another process holds it."""
+    run_dir = Path(run_dir)
+    lock = RunLock(run_dir)
+    if not lock.acquire():
+        return BUSY
+    try:
+        _count_attempt(run_dir)
+        try:
+            state = resolve(pipeline)(str(run_dir))
+        except Exception as error:
+            record_failure(run_dir, one_line(error))
+            raise
+        if state == "failed":
+            status = runfiles.read_status(run_dir)
+            runfiles.write_status(run_dir, "failed", failures=int(status.get("failures", 0)) + 1)
+        return state
+    finally:
+        lock.release()

@@ -1,0 +1,175 @@
+"""The local executor: runs on this machine, one subprocess per run.
+
+A crash in one run never takes the launcher down, and `max_parallel` runs train side by side
+with `OMP_NUM_THREADS = cores // max_parallel` each; where GPUs exist each run gets one
+(`CUDA_VISIBLE_DEVICES`). Workers die with the launcher (`PR_SET_PDEATHSIG`), so a killed launcher
+leaves no training behind; the relaunch resumes those runs from their last checkpoint.
+
+`python -m jobs.executors.local <run_dir>` is the worker: `run_exclusive` on one run directory.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+from jobs import runfiles
+from jobs.executors import BUSY, FINAL_STATES, lock_held, record_failure, run_exclusive
+
+REPO = Path(__file__).resolve().parents[2]
+WORKER_LOG = "worker.log"
+EXIT_BUSY = 75  # EX_TEMPFAIL (sysexits.h): another process holds the run; try again later
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+POLL_S = 0.2
+
+
+def visible_gpus() -> list[str]:
+    """GPU ids this process may use: CUDA_VISIBLE_DEVICES if set, else `nvidia-smi -L`, else none."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [g.strip() for g in env.split(",") if g.strip() and g.strip() != "-1"]
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """preexec_fn: ask the kernel for SIGTERM when the launcher dies (Linux only)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:  # the launcher died before prctl took effect
+        os._exit(1)
+
+
+class LocalJob:
+    """Handle of one run on this machine: `state`, `done()`, `result()` like submitit's Job."""
+
+    def __init__(self, executor: "LocalExecutor", run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.job_id = ""
+        self.returncode: int | None = None
+        self.gpu: str | None = None
+        self._executor = executor
+        self._state = "pending"
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def state(self) -> str:
+        """pending (queued here), running, or the final ledger state."""
+        self._executor.poll()
+        return self._state
+
+    def done(self) -> bool:
+        """Whether the run has reached a final state."""
+        return self.state in FINAL_STATES
+
+    def result(self) -> str:
+        """Block until the run is final and return its state (done, failed, preempted, busy)."""
+        while not self.done():
+            time.sleep(POLL_S)
+        return self._state
+
+
+class LocalExecutor:
+    """Runs `max_parallel` runs at once as subprocesses (default: one per GPU, else one)."""
+
+    def __init__(self, max_parallel: int | None = None, threads_per_run: int | None = None,
+                 gpus: list[str] | None = None, python: str = sys.executable) -> None:
+        self.gpus = visible_gpus() if gpus is None else list(gpus)
+        self.slots = max(1, max_parallel or len(self.gpus) or 1)
+        cores = os.cpu_count() or 1
+        self.threads_per_run = threads_per_run or max(1, cores // self.slots)
+        self.python = python
+        self._queue: deque[LocalJob] = deque()
+        self._running: list[LocalJob] = []
+
+    def submit(self, run_dir: str | Path) -> LocalJob:
+        """Queue a run; it starts as soon as a slot is free."""
+        job = LocalJob(self, Path(run_dir))
+        self._queue.append(job)
+        self.poll()
+        return job
+
+    def poll(self) -> None:
+        """Reap finished workers and start queued runs on free slots."""
+        for job in [j for j in self._running if j.proc.poll() is not None]:
+            self._running.remove(job)
+            self._finish(job)
+        while self._queue and len(self._running) < self.slots:
+            self._start(self._queue.popleft())
+
+    def _env(self, job: LocalJob) -> dict[str, str]:
+        env = dict(os.environ)
+        threads = str(self.threads_per_run)
+        env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, PYTHONUNBUFFERED="1")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+        if self.gpus:
+            busy = {j.gpu for j in self._running}
+            job.gpu = next(g for g in self.gpus if g not in busy)
+            env["CUDA_VISIBLE_DEVICES"] = job.gpu
+        elif "CUDA_VISIBLE_DEVICES" not in env:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        return env
+
+    def _start(self, job: LocalJob) -> None:
+        cmd = [self.python, "-m", "jobs.executors.local", str(job.run_dir)]
+        with open(job.run_dir / WORKER_LOG, "ab") as log:
+            job.proc = subprocess.Popen(cmd, cwd=REPO, env=self._env(job), stdin=subprocess.DEVNULL,
+                                        stdout=log, stderr=subprocess.STDOUT,
+                                        preexec_fn=lambda pid=os.getpid(): _die_with_parent(pid))
+        job.job_id = f"pid:{job.proc.pid}"
+        job._state = "running"
+        self._running.append(job)
+
+    def _finish(self, job: LocalJob) -> None:
+        """The run's final state: busy, or what status.json says (a crash is recorded as failed)."""
+        job.returncode = job.proc.returncode
+        if job.returncode == EXIT_BUSY:
+            job._state = BUSY
+            return
+        state = runfiles.read_status(job.run_dir).get("state", "pending")
+        if job.returncode != 0 and state != "failed" and not lock_held(job.run_dir):
+            record_failure(job.run_dir, f"worker exited with status {job.returncode}; see {WORKER_LOG}")
+            state = "failed"
+        job._state = state if state in FINAL_STATES else "failed"
+
+    def shutdown(self) -> None:
+        """Stop queued and running work (SIGTERM, then SIGKILL after 10 s)."""
+        self._queue.clear()
+        for job in self._running:
+            job.proc.terminate()
+        deadline = time.time() + 10
+        for job in self._running:
+            try:
+                job.proc.wait(max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                job.proc.kill()
+                job.proc.wait()
+        self._running.clear()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Worker entry point: train and evaluate one run directory under its lock."""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m jobs.executors.local <run_dir>", file=sys.stderr)
+        return 2
+    state = run_exclusive(argv[0])
+    print(f"run {argv[0]}: {state}", flush=True)
+    return EXIT_BUSY if state == BUSY else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

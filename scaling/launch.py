@@ -1,0 +1,153 @@
+"""Launch a scaling study: `python -m scaling.launch [--preset NAME | --spec study.toml] [flags]`.
+
+With no flags it runs the `quickstart` preset into `studies/quickstart`. Each run trains (resuming
+where it stopped), evaluates, and then the study is analysed into `<study>/report/`. Relaunching
+the same command is idempotent; `--dry-run` prints the plan and writes nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from jobs.executors import EXECUTORS, get_executor
+from jobs.executors.local import visible_gpus
+
+from . import ledger
+from .plan import format_plan, plan_rows, refusal, usable_cores
+from .scheduler import Scheduler
+from .study import StudyError, StudySpec, build_study, load_toml
+
+STUDIES_ROOT = Path("studies")
+DEFAULT_BOOTSTRAP = 200  # resamples for the report's intervals; enough for a 95 % percentile CI
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        print(f"launch: {message}; see --help", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def parser() -> argparse.ArgumentParser:
+    """The launch CLI's flags; unset flags are None so presets and TOML files show through."""
+    p = _Parser(prog="python -m scaling.launch", description=__doc__.splitlines()[0])
+    add = p.add_argument
+    add("--preset", help="quickstart, paper, pe, ema, l2r-mix, orders, factorial")
+    add("--spec", help="study TOML file; flags override it")
+    add("--study-dir", help="study directory (default studies/<name>)")
+    add("--name", help="study name (default: the preset's name, plus a hash when flags change it)")
+    add("--families", help="comma-separated families, e.g. ar,aogpt,sigma_gpt,mdm")
+    add("--sizes", help="comma-separated sizes, e.g. 0.1M,0.3M,1M or 125M,350M,760M")
+    add("--seeds", type=_int, help="seeds per cell (0..N-1)")
+    add("--tokenizer", help="bytes or gpt2")
+    add("--corpus", help="shakespeare, a local .txt/.jsonl path, or a Hugging Face dataset name")
+    add("--seq-len", type=_int)
+    add("--tokens", type=_int, help="training tokens per run (default tokens-per-param x params)")
+    add("--tokens-per-param", type=float, help="default 20 (Chinchilla)")
+    add("--max-tokens", type=_int, help="cap on tokens per run")
+    add("--batch-size", type=_int, help="sequences per step (default: the rung's rule)")
+    add("--lr", type=float, help="peak learning rate (default: the rung's rule)")
+    add("--warmup-steps", type=_int)
+    add("--max-steps", type=_int, help="cap every run's steps (changes run ids; smoke tests)")
+    add("--engine", help="torch or deepspeed")
+    add("--backend", default="local", help=f"executor: {', '.join(EXECUTORS)}")
+    add("--max-parallel", type=_int, help="runs at once (local: default one per GPU, else 1)")
+    add("--max-retries", type=_int, default=1, help="retries of a failed run (default 1)")
+    add("--bootstrap", type=_int, default=DEFAULT_BOOTSTRAP, help="bootstrap resamples of the fits")
+    add("--dry-run", action="store_true", help="print the plan and write nothing")
+    add("--force", action="store_true", help="run a plan that is too big for this machine anyway")
+    add("--no-progress", action="store_true", help="no progress bars")
+    return p
+
+
+FLAG_KEYS = ("preset", "name", "families", "sizes", "seeds", "tokenizer", "corpus", "seq_len", "tokens",
+             "tokens_per_param", "max_tokens", "batch_size", "lr", "warmup_steps", "max_steps")
+
+
+def study_from_args(args: argparse.Namespace) -> StudySpec:
+    """The study the flags (and `--spec` file) describe; StudyError on bad input."""
+    flags: dict[str, Any] = {key: getattr(args, key) for key in FLAG_KEYS}
+    if args.engine is not None:
+        flags["resources"] = {"engine": args.engine}
+    toml = load_toml(args.spec) if args.spec else None
+    return build_study(flags, toml)
+
+
+# backend name -> its constructor's keyword arguments from the flags (cluster backends add theirs)
+BACKEND_OPTIONS: dict[str, Callable[[argparse.Namespace, Path], dict[str, Any]]] = {
+    "local": lambda args, study_dir: {"max_parallel": args.max_parallel},
+}
+
+
+def _check(args: argparse.Namespace) -> tuple[StudySpec, Path]:
+    if args.backend not in EXECUTORS:
+        raise StudyError(f"backend: unknown backend {args.backend!r}; valid: {', '.join(EXECUTORS)}")
+    if args.max_retries < 0:
+        raise StudyError(f"max-retries: must be >= 0, got {args.max_retries}")
+    study = study_from_args(args)
+    study_dir = Path(args.study_dir) if args.study_dir else STUDIES_ROOT / study.name
+    ledger.check_study_dir(study_dir, study)
+    return study, study_dir
+
+
+def launch(args: argparse.Namespace, study: StudySpec, study_dir: Path) -> int:
+    """Train and evaluate every run, then write the report; 0 when every run is done."""
+    ledger.prepare(study_dir, study)
+    options = BACKEND_OPTIONS.get(args.backend, lambda a, d: {})(args, study_dir)
+    executor = get_executor(args.backend, **options)
+    progress = False if args.no_progress else None
+    final = Scheduler(study_dir, study.run_ids, executor, args.max_retries, progress).run()
+    counts = Counter(final.values())
+    print(f"study {study.name}: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
+    for run_id, state in final.items():
+        if state != "done":
+            print(f"  {run_id} {state}: {ledger.view(study_dir, run_id).reason}")
+    if counts.get("done"):
+        report_dir = write_report(study_dir, args.bootstrap)
+        print(f"report: {report_dir / 'report.md'} (and report.html)")
+    return 0 if counts.get("done", 0) == len(final) else 1
+
+
+def write_report(study_dir: Path, bootstrap: int) -> Path:
+    """Fit the curves over the study and write `<study>/report/`."""
+    from analysis import fit_curves  # noqa: PLC0415 - imported only after training
+
+    return fit_curves.run([study_dir], study_dir / "report", bootstrap=bootstrap, x="n_params", seed=0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; exit status 2 on bad input with nothing written."""
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as exit_:  # --help or a parse error (already printed as one line)
+        return int(exit_.code or 0)
+    try:
+        study, study_dir = _check(args)
+    except StudyError as error:
+        print(f"launch: {error}", file=sys.stderr)
+        return 2
+    rows = plan_rows(study)
+    has_gpu = bool(visible_gpus())
+    if args.dry_run:
+        print(format_plan(study, rows, usable_cores(), has_gpu))
+        return 0
+    why = None if (has_gpu or args.force or args.backend != "local") else refusal(study, rows, usable_cores())
+    if why:
+        print(f"launch: {why}", file=sys.stderr)
+        return 2
+    print(f"study {study.name}: {len(rows)} runs in {study_dir}", flush=True)
+    return launch(args, study, study_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""The dry-run planner: one row per run, totals, GPU-hours and the CPU feasibility estimate.
+
+FLOPs use the analytic count of `models.ladder` (the shape's GPT-2 core plus output head,
+forward + backward); no model is built, so planning thousands of runs takes well under a second.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from models.ladder import core_params, get_shape, train_flops_per_token
+
+from .study import StudySpec
+
+VOCAB_SIZES = {"bytes": 257, "gpt2": 50257}  # 256 bytes + EOT; GPT-2's 50,257 (Radford et al. 2019)
+H100_BF16_DENSE_FLOPS = 989e12  # NVIDIA H100 SXM datasheet: dense BF16 tensor-core peak, FLOP/s
+DEFAULT_MFU = 0.40  # a well-tuned dense transformer's model FLOPs utilisation (PaLM reports 46 %)
+GPU_NAME = "H100 SXM bf16"
+CPU_FLOPS_PER_CORE = 75e9  # ~150 GFLOP/s effective fp32 training throughput on 2 cores
+CPU_REFUSE_HOURS = 12.0  # a local CPU plan longer than this is refused without --force
+S_PER_HOUR = 3600.0
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One run of the plan."""
+
+    run_id: str
+    family: str
+    variant: str
+    size: str
+    seed: int
+    params: int
+    tokens: int
+    flops: float
+    steps: int
+
+
+def plan_rows(study: StudySpec) -> list[PlanRow]:
+    """A row per cell with analytic parameters and training FLOPs."""
+    rows = []
+    for cell in study.cells:
+        spec = cell.spec
+        shape = get_shape(spec.size)
+        vocab = VOCAB_SIZES.get(spec.tokenizer, VOCAB_SIZES["gpt2"])
+        flops = float(train_flops_per_token(shape, spec.seq_len, vocab)) * spec.tokens
+        rows.append(PlanRow(spec.run_id, spec.family, spec.variant, spec.size, spec.seed, core_params(shape),
+                            spec.tokens, flops, spec.steps))
+    return rows
+
+
+def gpu_hours(flops: float, mfu: float = DEFAULT_MFU, peak_flops: float = H100_BF16_DENSE_FLOPS) -> float:
+    """Hours of one GPU at `mfu` of `peak_flops`."""
+    return flops / (mfu * peak_flops) / S_PER_HOUR
+
+
+def cpu_hours(flops: float, cores: int) -> float:
+    """Hours on `cores` CPU cores at CPU_FLOPS_PER_CORE each."""
+    return flops / (max(1, cores) * CPU_FLOPS_PER_CORE) / S_PER_HOUR
+
+
+def usable_cores() -> int:
+    """Cores this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def human(n: float) -> str:
+    """98.3K, 85.0M, 1.7B, 3.2T."""
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.1f}{unit}"
+    return f"{n:g}"
+
+
+COLUMNS = ("run_id", "family", "variant", "size", "seed", "params", "tokens", "flops", "steps")
+
+
+def format_plan(study: StudySpec, rows: list[PlanRow], cores: int, has_gpu: bool) -> str:
+    """The dry-run text: header, table, totals, GPU-hours and (without GPUs) the CPU estimate."""
+    table = [COLUMNS] + [(r.run_id, r.family, r.variant, r.size, str(r.seed), human(r.params),
+                          human(r.tokens), f"{r.flops:.2e}", str(r.steps)) for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(COLUMNS))]
+    lines = [f"study {study.name} (hash {study.study_hash}): {len(rows)} runs"]
+    lines += ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in table]
+    total_flops = sum(r.flops for r in rows)
+    lines.append(f"total: {len(rows)} runs, {human(sum(r.tokens for r in rows))} tokens, "
+                 f"{total_flops:.3e} training FLOPs, {sum(r.steps for r in rows)} steps")
+    lines.append(f"estimate: {gpu_hours(total_flops):.3g} GPU-hours on {GPU_NAME} "
+                 f"({H100_BF16_DENSE_FLOPS / 1e12:.0f} TFLOP/s peak) at {DEFAULT_MFU:.0%} MFU")
+    if not has_gpu:
+        lines.append(f"estimate here: {cpu_hours(total_flops, cores):.3g} hours on {cores} CPU cores "
+                     f"at {CPU_FLOPS_PER_CORE / 1e9:.0f} GFLOP/s per core")
+    return "\n".join(lines)
+
+
+def refusal(study: StudySpec, rows: list[PlanRow], cores: int) -> str | None:
+    """Why a GPU-less machine should not run this plan (None when it is reasonable)."""
+    total_flops = sum(r.flops for r in rows)
+    hours = cpu_hours(total_flops, cores)
+    if hours <= CPU_REFUSE_HOURS:
+        return None
+    return (f"budget: this study needs ~{hours:.3g} hours on {cores} CPU cores ({total_flops:.2e} FLOPs; "
+            f"{gpu_hours(total_flops):.3g} GPU-hours on {GPU_NAME}); run it on a cluster with "
+            f"--backend slurm or --backend ray, shrink it (--sizes, --tokens, --max-steps), or pass --force")

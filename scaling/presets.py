@@ -1,0 +1,111 @@
+"""Named studies: the quickstart, the paper's recipe and the ablations of the seed review.
+
+A preset is a set of arms plus settings (sizes, seeds, data, budget, run overrides). Settings a
+preset leaves out come from a base chosen by the sizes: the CPU base for CPU rungs, the paper
+base as soon as a GPT-3 rung is in the study.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from models.ladder import GPT3_RUNGS
+
+from .arms import DEFAULT_ARMS, OFFICIAL_AOGPT_OPTIONS, PAPER_EMA, PAPER_L2R_MIX, Arm
+
+FAMILY_ORDER = ("ar", "aogpt", "sigma_gpt", "mdm")
+
+# Quickstart cap: 2^16 tokens per run = 32 steps of 16 x 128 tokens. Measured on 2 cores with
+# two runs in parallel (bench/bench_launch.py): ~4-8 s per run including start-up and the quick
+# evaluation, so 24 runs + fit fit in ~5 minutes.
+QUICKSTART_MAX_TOKENS = 2**16
+
+CPU_BASE: dict[str, Any] = {
+    "sizes": ["0.1M", "0.3M", "1M"], "seeds": 2, "tokenizer": "bytes", "corpus": "shakespeare",
+    "seq_len": 128,
+}
+# The AO-GPT paper's recipe (REFERENCES.md): GPT-2 BPE, OpenWebText, context 1024, 1,048,576
+# tokens per step (16 x 1024 x 64), 2000 warm-up steps of that batch, cosine to 10 % of peak,
+# AdamW (0.9, 0.95), weight decay 0.05, clip 1.0. Peak LRs (6e-4 Small, 3e-4 Medium) equal GPT-3's
+# table, which also gives 760M's 2.5e-4 (the paper trains no 760M). Difference: the paper trains
+# 500k steps; a scaling study trains tokens_per_param x params (Chinchilla 20 by default).
+PAPER_BASE: dict[str, Any] = {
+    "sizes": ["125M", "350M", "760M"], "seeds": 3, "tokenizer": "gpt2",
+    "corpus": "Skylion007/openwebtext", "seq_len": 1024, "batch_size": 1024,
+    "warmup_tokens": 2000 * 2**20,
+    "run": {"weight_decay": 0.05, "beta1": 0.9, "beta2": 0.95, "grad_clip": 1.0, "min_lr_ratio": 0.1},
+}
+
+
+def base_for(sizes: list[str]) -> dict[str, Any]:
+    """The paper base when any GPT-3 rung is in the study, else the CPU base."""
+    return PAPER_BASE if any(size in GPT3_RUNGS for size in sizes) else CPU_BASE
+
+
+def _family_arms() -> list[Arm]:
+    return [DEFAULT_ARMS[family] for family in FAMILY_ORDER]
+
+
+def _aogpt(factors: dict[str, Any], **changes: Any) -> Arm:
+    """An AO-GPT arm: the paper's defaults (adaln, EMA 0.9999, mix:0.1) with some changed."""
+    options = {"target_pe": "adaln", "order": PAPER_L2R_MIX, **changes}
+    ema = options.pop("ema", PAPER_EMA)
+    return Arm("aogpt", options, ema, factors)
+
+
+def quickstart() -> dict[str, Any]:
+    """CPU rungs on Shakespeare bytes, four families x 3 sizes x 2 seeds, capped tokens."""
+    return {**CPU_BASE, "arms": _family_arms(), "max_tokens": QUICKSTART_MAX_TOKENS}
+
+
+def paper() -> dict[str, Any]:
+    """125M/350M/760M on OpenWebText with the AO-GPT paper's recipe, 3 seeds."""
+    official = Arm("aogpt", {**dict(DEFAULT_ARMS["aogpt"].options), **OFFICIAL_AOGPT_OPTIONS}, PAPER_EMA)
+    arms = [official if arm.family == "aogpt" else arm for arm in _family_arms()]
+    return {**PAPER_BASE, "arms": arms}
+
+
+def pe() -> dict[str, Any]:
+    """Target-position injection: adaln, input, layer_shared, layer_distinct (paper Fig. 6/7)."""
+    modes = ("adaln", "input", "layer_shared", "layer_distinct")
+    return {"arms": [_aogpt({"pe": mode}, target_pe=mode) for mode in modes]}
+
+
+def ema() -> dict[str, Any]:
+    """EMA rate 0 (off), 0.99, 0.999, 0.9999."""
+    return {"arms": [_aogpt({"ema": rate}, ema=rate) for rate in (0.0, 0.99, 0.999, 0.9999)]}
+
+
+def l2r_mix() -> dict[str, Any]:
+    """Share of left-to-right sequences 0, .1, .3, .5, .9; evaluation scores both orders."""
+    return {"arms": [_aogpt({"l2r_mix": p}, order=f"mix:{p}") for p in (0.0, 0.1, 0.3, 0.5, 0.9)]}
+
+
+def orders() -> dict[str, Any]:
+    """Training orders: l2r, uniform, one fixed permutation, blockwise (16-token blocks)."""
+    kinds = ("l2r", "uniform", "fixed:0", "blockwise:16")
+    return {"arms": [_aogpt({"order": kind}, order=kind) for kind in kinds]}
+
+
+def factorial() -> dict[str, Any]:
+    """adaln vs input x EMA 0.9999 vs off x mix:0.1 vs uniform: 2x2x2, main effects separable."""
+    arms = []
+    for mode in ("adaln", "input"):
+        for rate in (0.0, PAPER_EMA):
+            for mix in (0.0, 0.1):
+                factors = {"pe": mode, "ema": rate, "l2r_mix": mix}
+                arms.append(_aogpt(factors, target_pe=mode, ema=rate, order=f"mix:{mix}"))
+    return {"arms": arms}
+
+
+PRESETS: dict[str, Callable[[], dict[str, Any]]] = {
+    "quickstart": quickstart, "paper": paper, "pe": pe, "ema": ema, "l2r-mix": l2r_mix,
+    "orders": orders, "factorial": factorial,
+}
+
+
+def preset_settings(name: str) -> dict[str, Any]:
+    """A preset's settings; unknown name -> ValueError naming the valid ones."""
+    if name not in PRESETS:
+        raise ValueError(f"preset: unknown preset {name!r}; valid: {', '.join(PRESETS)}")
+    return {"name": name, **PRESETS[name]()}

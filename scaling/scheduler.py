@@ -1,0 +1,119 @@
+"""Drive a study's runs through an executor until each is done or out of retries.
+
+Idempotent by construction: every decision is re-read from the ledger. Done runs are skipped,
+interrupted and preempted runs are resubmitted (the trainer resumes from its last checkpoint),
+failed runs are retried while `failures <= max_retries`, and a run whose lock another live
+process holds (a second launcher) is set aside and looked at again once that lock is released.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+from tqdm import tqdm
+
+from jobs.executors import BUSY, Executor, Handle, lock_held
+
+from . import ledger
+
+POLL_S = 0.25
+
+
+class Scheduler:
+    """One launch over one study directory."""
+
+    def __init__(self, study_dir: str | Path, run_ids: list[str], executor: Executor,
+                 max_retries: int = 1, progress: bool | None = None) -> None:
+        self.study_dir = Path(study_dir)
+        self.executor = executor
+        self.max_retries = max_retries
+        self.queue: deque[str] = deque(run_ids)
+        self.active: dict[str, Handle] = {}
+        self.waiting: set[str] = set()  # held by another process
+        self.final: dict[str, str] = {}
+        self.trained: list[str] = []  # runs this launch submitted
+        disable = None if progress is None else not progress
+        self.bar = tqdm(total=len(run_ids), desc="study", unit="run", file=sys.stderr, disable=disable)
+        self.run_bars: dict[str, tqdm] = {}
+        self._disable = disable
+
+    def run(self) -> dict[str, str]:
+        """Loop until nothing is queued, running or waiting; returns run_id -> final state."""
+        try:
+            while self.queue or self.active or self.waiting:
+                self._fill()
+                self._reap()
+                self._wake()
+                self._refresh_bars()
+                if self.active or self.waiting:
+                    time.sleep(POLL_S)
+        finally:
+            self.executor.shutdown()
+            for bar in self.run_bars.values():
+                bar.close()
+            self.bar.close()
+        return self.final
+
+    def _has_slot(self) -> bool:
+        slots = getattr(self.executor, "slots", None)
+        return slots is None or len(self.active) < slots
+
+    def _fill(self) -> None:
+        while self.queue and self._has_slot():
+            self._decide(self.queue.popleft())
+
+    def _decide(self, run_id: str) -> None:
+        """Skip, set aside or submit one run, from what the ledger says now."""
+        run = ledger.view(self.study_dir, run_id)
+        if run.state == "done" or (run.state == "failed" and run.failures > self.max_retries):
+            self._finalize(run_id, run.state, run.reason)
+        elif run.state == "running":
+            self.waiting.add(run_id)
+        else:
+            self.active[run_id] = self.executor.submit(ledger.run_dir(self.study_dir, run_id))
+            self.trained.append(run_id)
+
+    def _reap(self) -> None:
+        for run_id, handle in list(self.active.items()):
+            if not handle.done():
+                continue
+            del self.active[run_id]
+            self._close_bar(run_id)
+            if handle.result() == BUSY:
+                self.waiting.add(run_id)
+            else:
+                self.queue.appendleft(run_id)  # re-read: done, retry, or resume after preemption
+
+    def _wake(self) -> None:
+        for run_id in [r for r in self.waiting if not lock_held(ledger.run_dir(self.study_dir, r))]:
+            self.waiting.discard(run_id)
+            self.queue.append(run_id)
+
+    def _finalize(self, run_id: str, state: str, reason: str) -> None:
+        if run_id in self.final:
+            return
+        self.final[run_id] = state
+        self.bar.update(1)
+        note = f" ({reason})" if state == "failed" and reason else ""
+        tqdm.write(f"[{len(self.final)}/{self.bar.total}] {run_id} {state}{note}", file=sys.stderr)
+
+    def _refresh_bars(self) -> None:
+        if self._disable is True or (self._disable is None and not sys.stderr.isatty()):
+            return
+        for run_id in self.active:
+            run = ledger.view(self.study_dir, run_id)
+            bar = self.run_bars.get(run_id)
+            if bar is None and run.steps:
+                bar = tqdm(total=run.steps, desc=run_id, unit="step", leave=False, file=sys.stderr,
+                           position=len(self.run_bars) + 1)
+                self.run_bars[run_id] = bar
+            if bar is not None:
+                bar.n = run.step
+                bar.refresh()
+
+    def _close_bar(self, run_id: str) -> None:
+        bar = self.run_bars.pop(run_id, None)
+        if bar is not None:
+            bar.close()

@@ -1,0 +1,228 @@
+"""Study specs: families x variants x sizes x seeds, plus data, budget and engine.
+
+A study is assembled from layers of settings, later layers winning: the base for its sizes, a
+preset, a TOML file (`--spec study.toml`), then command-line flags. `build_study` validates every
+field before anything touches the disk and expands the study into frozen `RunSpec`s whose run ids
+depend only on result-changing fields, so the same study always yields the same run ids.
+"""
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from jobs.spec import ENGINES, HASHED_FIELDS, RunSpec, ZERO_STAGES, canonical_json
+from models.ladder import parse_sizes
+
+from .arms import Arm, arm_from_dict, check_arm, check_family, default_arm
+from .presets import FAMILY_ORDER, base_for, preset_settings
+from .recipes import Budget, schedule
+
+TOKENIZERS = ("bytes", "gpt2")
+# RunSpec fields a study decides itself; the remaining hashed fields may be set under [run].
+STRUCTURAL = {"family", "size", "steps", "lr", "warmup_steps", "model_options", "tokenizer", "corpus",
+              "seq_len", "batch_size", "ema", "seed"}
+RUN_OVERRIDES = tuple(name for name in HASHED_FIELDS if name not in STRUCTURAL)
+RESOURCES = ("engine", "zero_stage", "eval_every", "checkpoint_every", "keep_checkpoints", "log_every")
+BUDGET_KEYS = tuple(f.name for f in fields(Budget))
+SETTING_KEYS = ("name", "preset", "families", "arms", "sizes", "seeds", "tokenizer", "corpus", "run",
+                "resources") + BUDGET_KEYS
+RESULT_KEYS = tuple(k for k in SETTING_KEYS if k not in ("name", "resources"))
+
+
+class StudyError(ValueError):
+    """Bad study input; the message is one line naming the field and the fix."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of the study: its spec and the ablation factor levels of its arm."""
+
+    spec: RunSpec
+    factors: tuple[tuple[str, Any], ...]
+
+    @property
+    def run_id(self) -> str:
+        return self.spec.run_id
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """A validated study: the settings it was built from and its cells."""
+
+    name: str
+    settings: tuple[tuple[str, Any], ...]  # canonical, JSON-ready (arms as dicts)
+    cells: tuple[Cell, ...]
+
+    @property
+    def run_ids(self) -> list[str]:
+        return [cell.run_id for cell in self.cells]
+
+    @property
+    def study_hash(self) -> str:
+        """sha256 of the sorted run ids: two specs with the same runs are the same study."""
+        return hashlib.sha256(canonical_json(sorted(self.run_ids)).encode()).hexdigest()[:12]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The study.json document: canonical settings, hash and a row per run."""
+        runs = {c.run_id: {"family": c.spec.family, "variant": c.spec.variant, "size": c.spec.size,
+                           "seed": c.spec.seed, "factors": dict(c.factors)} for c in self.cells}
+        return {"name": self.name, "hash": self.study_hash, "settings": dict(self.settings),
+                "order": self.run_ids, "runs": runs}
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    """Settings from a TOML study file; malformed text or unknown keys -> StudyError."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise StudyError(f"spec: file {path} not found; pass an existing study TOML") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise StudyError(f"spec: {path} is not valid TOML ({error}); fix the file") from None
+    unknown = sorted(set(data) - set(SETTING_KEYS))
+    if unknown:
+        raise StudyError(f"spec: unknown key(s) {unknown} in {path}; valid: {', '.join(SETTING_KEYS)}")
+    return data
+
+
+def build_study(flags: dict[str, Any], toml: dict[str, Any] | None = None) -> StudySpec:
+    """Merge base < preset < TOML < flags, validate, and expand into cells."""
+    toml = toml or {}
+    given = {**toml, **{k: v for k, v in flags.items() if v is not None}}
+    try:
+        preset = _choose_preset(given)
+        layers = [preset_settings(preset) if preset else {}, toml, flags]
+        settings = _merge(layers)
+        settings["sizes"] = parse_sizes(",".join(_as_list(settings.get("sizes") or base_for([])["sizes"])))
+        settings = _merge([base_for(settings["sizes"]), settings])
+        cells = _expand(settings, _name(preset, given))
+    except StudyError:
+        raise
+    except (ValueError, TypeError) as error:
+        raise StudyError(str(error).splitlines()[0]) from None
+    return _finish(settings, cells, preset, given)
+
+
+def _choose_preset(given: dict[str, Any]) -> str | None:
+    """The named preset; with nothing else given at all, the quickstart."""
+    if given.get("preset"):
+        return given["preset"]
+    if any(given.get(key) for key in ("sizes", "families", "arms")):
+        return None
+    return "quickstart"
+
+
+def _merge(layers: list[dict[str, Any]]) -> dict[str, Any]:
+    """Later layers win key by key; the `run` and `resources` tables merge field by field."""
+    out: dict[str, Any] = {}
+    for layer in layers:
+        for key, value in layer.items():
+            if value is None:
+                continue
+            if key in ("run", "resources"):
+                out[key] = {**out.get(key, {}), **value}
+            else:
+                out[key] = value
+    return out
+
+
+def _as_list(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return [str(v) for v in value]
+
+
+def _name(preset: str | None, given: dict[str, Any]) -> str:
+    return str(given.get("name") or preset or "study")
+
+
+def _arms(settings: dict[str, Any]) -> list[Arm]:
+    """The preset's or file's arms, filtered by `families`; a family without an arm gets its default."""
+    arms = [a if isinstance(a, Arm) else arm_from_dict(a) for a in settings.get("arms", [])]
+    families = _as_list(settings["families"]) if settings.get("families") else None
+    if families is None:
+        return arms or [default_arm(f) for f in FAMILY_ORDER]
+    for family in families:
+        check_family(family)
+    kept = [arm for arm in arms if arm.family in families]
+    return kept + [default_arm(f) for f in families if all(a.family != f for a in arms)]
+
+
+def _seeds(settings: dict[str, Any]) -> int:
+    seeds = settings.get("seeds", 1)
+    if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 1:
+        raise StudyError(f"seeds: must be a positive integer (seeds 0..N-1 are run), got {seeds!r}")
+    return seeds
+
+
+def _budget(settings: dict[str, Any]) -> Budget:
+    budget = Budget(**{k: settings[k] for k in BUDGET_KEYS if k in settings})
+    for key in ("seq_len", "tokens", "max_tokens", "max_steps", "batch_size", "warmup_tokens"):
+        value = getattr(budget, key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise StudyError(f"{key}: must be a positive integer, got {value!r}")
+    for key in ("tokens_per_param", "lr"):
+        value = getattr(budget, key)
+        if value is not None and not (isinstance(value, (int, float)) and value > 0):
+            raise StudyError(f"{key}: must be a positive number, got {value!r}")
+    return budget
+
+
+def _check_tables(settings: dict[str, Any]) -> None:
+    bad_run = sorted(set(settings.get("run", {})) - set(RUN_OVERRIDES))
+    if bad_run:
+        raise StudyError(f"run: unknown field(s) {bad_run}; [run] may set {', '.join(RUN_OVERRIDES)}")
+    bad_res = sorted(set(settings.get("resources", {})) - set(RESOURCES))
+    if bad_res:
+        raise StudyError(f"resources: unknown field(s) {bad_res}; valid: {', '.join(RESOURCES)}")
+    resources = settings.get("resources", {})
+    if resources.get("engine", "torch") not in ENGINES:
+        raise StudyError(f"engine: unknown engine {resources['engine']!r}; valid: {', '.join(ENGINES)}")
+    if resources.get("zero_stage", 2) not in ZERO_STAGES:
+        raise StudyError(f"zero_stage: must be one of {ZERO_STAGES}, got {resources['zero_stage']!r}")
+    if settings.get("tokenizer") not in TOKENIZERS:
+        raise StudyError(f"tokenizer: unknown tokenizer {settings.get('tokenizer')!r}; valid: {', '.join(TOKENIZERS)}")
+
+
+def _expand(settings: dict[str, Any], name: str) -> list[Cell]:
+    """Every (size, seed, arm) cell as a RunSpec, size-major so small runs finish first."""
+    _check_tables(settings)
+    arms, seeds, budget = _arms(settings), _seeds(settings), _budget(settings)
+    for arm in arms:
+        check_arm(arm)
+    cells = [_cell(arm, size, seed, settings, budget, name)
+             for size in settings["sizes"] for seed in range(seeds) for arm in arms]
+    ids = [cell.run_id for cell in cells]
+    if len(set(ids)) != len(ids):
+        raise StudyError("arms: two arms describe the same runs; remove the duplicate arm")
+    return cells
+
+
+def _cell(arm: Arm, size: str, seed: int, settings: dict, budget: Budget, name: str) -> Cell:
+    plan = schedule(size, budget)
+    tracking = {f"factor_{k}": v for k, v in arm.factors}
+    spec = RunSpec(
+        family=arm.family, size=size, steps=plan.steps, lr=plan.lr, warmup_steps=plan.warmup_steps,
+        model_options=arm.options, tokenizer=settings["tokenizer"], corpus=str(settings["corpus"]),
+        seq_len=budget.seq_len, batch_size=plan.batch_size, ema=arm.ema, seed=seed,
+        study=name, variant=arm.label, tracking=tracking,
+        **settings.get("run", {}), **settings.get("resources", {}),
+    )
+    return Cell(spec, arm.factors)
+
+
+def _finish(settings: dict, cells: list[Cell], preset: str | None, given: dict) -> StudySpec:
+    """Canonical settings; a study that is not the pure preset gets `<preset>-<hash>` as its name."""
+    arms = [arm.to_dict() for arm in _arms(settings)]
+    canonical = {k: v for k, v in settings.items() if k not in ("arms", "name", "preset", "families")}
+    canonical.update(arms=arms, preset=preset)
+    study = StudySpec(_name(preset, given), tuple(sorted(canonical.items())), tuple(cells))
+    changed = any(given.get(k) is not None for k in RESULT_KEYS if k != "preset")
+    if given.get("name") or not changed:
+        return study
+    name = f"{preset or 'study'}-{study.study_hash[:8]}"
+    renamed = tuple(Cell(c.spec.replace(study=name), c.factors) for c in cells)
+    return StudySpec(name, study.settings, renamed)

@@ -1,0 +1,192 @@
+"""Study specs: stable run ids, what enters them, presets, TOML layering and the run rules."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from jobs.spec import RunSpec
+from models.ladder import core_params, get_shape, train_flops_per_token
+from scaling import recipes
+from scaling.plan import VOCAB_SIZES, gpu_hours, plan_rows
+from scaling.presets import PRESETS, QUICKSTART_MAX_TOKENS
+from scaling.study import StudyError, build_study, load_toml
+
+GOLDEN = Path(__file__).parent / "golden" / "quickstart_run_ids.json"
+
+
+def flags(**kw):
+    return dict(kw)
+
+
+def golden_doc() -> dict:
+    study = build_study({})
+    return {"name": study.name, "hash": study.study_hash,
+            "runs": [{"run_id": c.run_id, "family": c.spec.family, "variant": c.spec.variant,
+                      "size": c.spec.size, "seed": c.spec.seed, "steps": c.spec.steps} for c in study.cells]}
+
+
+def test_quickstart_run_ids_match_golden_file():
+    if os.environ.get("AOSCALE_UPDATE_GOLDEN"):
+        GOLDEN.write_text(json.dumps(golden_doc(), indent=2) + "\n")
+    assert golden_doc() == json.loads(GOLDEN.read_text())
+
+
+def test_no_flags_is_the_quickstart_4_families_x_3_sizes_x_2_seeds():
+    study = build_study({})
+    assert study.name == "quickstart"
+    cells = {(c.spec.family, c.spec.size, c.spec.seed) for c in study.cells}
+    assert len(study.cells) == len(cells) == 24
+    assert {c.spec.tokenizer for c in study.cells} == {"bytes"}
+    assert {c.spec.corpus for c in study.cells} == {"shakespeare"}
+    assert all(c.spec.tokens <= QUICKSTART_MAX_TOKENS for c in study.cells)
+    aogpt = next(c.spec for c in study.cells if c.spec.family == "aogpt")
+    assert aogpt.variant == "adaln+ema0.9999+mix:0.1" and aogpt.ema == 0.9999
+
+
+def test_same_flags_same_run_ids():
+    a = build_study(flags(sizes="0.1M,0.3M", seeds=2, families="ar,mdm"))
+    b = build_study(flags(sizes="0.1M,0.3M", seeds=2, families="ar,mdm"))
+    assert a.run_ids == b.run_ids and a.study_hash == b.study_hash and a.name == b.name
+
+
+@pytest.mark.parametrize("change", [{"lr": 1e-3}, {"seq_len": 64}, {"max_steps": 3}, {"tokens": 4096},
+                                    {"batch_size": 8}, {"corpus": "other.txt"}])
+def test_result_field_changes_every_run_id(change):
+    base = build_study(flags(sizes="0.1M", seeds=1, families="ar"))
+    changed = build_study(flags(sizes="0.1M", seeds=1, families="ar", **change))
+    assert set(base.run_ids).isdisjoint(changed.run_ids)
+
+
+def test_resource_fields_keep_run_ids():
+    base = build_study(flags(sizes="0.1M", seeds=2, families="ar,aogpt"))
+    moved = build_study(flags(sizes="0.1M", seeds=2, families="ar,aogpt", name="elsewhere",
+                              resources={"engine": "deepspeed", "checkpoint_every": 5, "log_every": 1}))
+    assert moved.run_ids == base.run_ids
+    assert {c.spec.engine for c in moved.cells} == {"deepspeed"}
+    spec = moved.cells[0].spec
+    assert RunSpec.from_dict(json.loads(spec.to_json())) == spec
+
+
+def test_toml_then_flags_override(tmp_path):
+    path = tmp_path / "study.toml"
+    path.write_text('preset = "quickstart"\nseeds = 3\nsizes = ["0.1M"]\n[run]\nweight_decay = 0.05\n')
+    from_file = build_study({}, load_toml(path))
+    assert {c.spec.seed for c in from_file.cells} == {0, 1, 2}
+    assert {c.spec.weight_decay for c in from_file.cells} == {0.05}
+    overridden = build_study(flags(seeds=1), load_toml(path))
+    assert {c.spec.seed for c in overridden.cells} == {0}
+    assert overridden.name.startswith("quickstart-")
+
+
+def test_toml_arms_table(tmp_path):
+    path = tmp_path / "study.toml"
+    path.write_text('sizes = "0.1M"\nseeds = 1\n[[arms]]\nfamily = "aogpt"\nema = 0.99\n'
+                    '[arms.options]\ntarget_pe = "input"\norder = "l2r"\n')
+    study = build_study({}, load_toml(path))
+    (cell,) = study.cells
+    assert cell.spec.options == {"target_pe": "input", "order": "l2r"} and cell.spec.ema == 0.99
+    assert cell.spec.variant == "input+ema0.99+l2r"
+
+
+@pytest.mark.parametrize("bad, field", [
+    (flags(sizes="12X"), "size"), (flags(families="ar,gru"), "families"), (flags(seeds=0), "seeds"),
+    (flags(preset="nope"), "preset"), (flags(tokenizer="sentencepiece"), "tokenizer"),
+    (flags(seq_len=0), "seq_len"), (flags(run={"dropout": 0.1}), "run"),
+    (flags(resources={"engine": "jax"}), "engine"),
+])
+def test_bad_settings_name_the_field(bad, field):
+    with pytest.raises(StudyError) as info:
+        build_study(bad)
+    message = str(info.value)
+    assert message.startswith(field) and "\n" not in message
+
+
+def test_malformed_toml(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("seeds = = 3\n")
+    with pytest.raises(StudyError, match="^spec: .*not valid TOML"):
+        load_toml(path)
+
+
+def test_families_filter_a_preset_and_add_defaults():
+    study = build_study(flags(preset="quickstart", families="mdm"))
+    assert {c.spec.family for c in study.cells} == {"mdm"}
+    study = build_study(flags(preset="pe", families="aogpt,ar"))
+    labels = {(c.spec.family, c.spec.variant) for c in study.cells}
+    assert labels == {("aogpt", v) for v in ("adaln+ema0.9999+mix:0.1", "input+ema0.9999+mix:0.1",
+                                              "layer_shared+ema0.9999+mix:0.1",
+                                              "layer_distinct+ema0.9999+mix:0.1")} | {("ar", "base")}
+
+
+def test_factorial_is_a_full_2x2x2_design_with_factor_levels():
+    study = build_study(flags(preset="factorial", sizes="0.1M", seeds=1))
+    levels = [dict(c.factors) for c in study.cells]
+    combos = {(lv["pe"], lv["ema"], lv["l2r_mix"]) for lv in levels}
+    assert len(study.cells) == len(combos) == 8
+    for cell in study.cells:
+        tracking = dict(cell.spec.tracking)
+        assert tracking["factor_pe"] == cell.spec.options["target_pe"]
+        assert tracking["factor_ema"] == cell.spec.ema
+        assert cell.spec.options["order"] == f"mix:{tracking['factor_l2r_mix']}"
+    doc = study.to_dict()
+    assert doc["runs"][study.cells[0].run_id]["factors"] == dict(study.cells[0].factors)
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_preset_builds_and_its_options_are_valid_for_the_models(preset):
+    import models
+    study = build_study(flags(preset=preset, sizes="0.1M", seeds=1))
+    for cell in study.cells:
+        model = models.build_model(cell.spec.family, "0.1M", vocab_size=257, seq_len=16, **cell.spec.options)
+        assert model.family == cell.spec.family
+
+
+def test_paper_preset_is_the_ao_gpt_recipe():
+    study = build_study(flags(preset="paper"))
+    specs = [c.spec for c in study.cells]
+    assert {s.size for s in specs} == {"125M", "350M", "760M"} and {s.seed for s in specs} == {0, 1, 2}
+    assert {(s.tokenizer, s.seq_len, s.batch_size * s.seq_len) for s in specs} == {("gpt2", 1024, 2**20)}
+    assert {s.size: s.lr for s in specs} == {"125M": 6e-4, "350M": 3e-4, "760M": 2.5e-4}
+    assert {(s.weight_decay, s.beta2, s.min_lr_ratio) for s in specs} == {(0.05, 0.95, 0.1)}
+    aogpt = next(s for s in specs if s.family == "aogpt")
+    assert aogpt.options == {"norm": "rmsnorm", "qk_norm": True, "tie_head": False,
+                             "target_pe": "adaln", "order": "mix:0.1"}
+
+
+def test_gpt3_sizes_without_preset_use_the_paper_base():
+    study = build_study(flags(sizes="125M", seeds=1, families="ar"))
+    (spec,) = [c.spec for c in study.cells]
+    assert (spec.tokenizer, spec.seq_len, spec.lr) == ("gpt2", 1024, 6e-4)
+
+
+def test_run_rules():
+    assert recipes.rule_for("1.3B") == recipes.Rule(2**20, 2e-4, "GPT-3 Table 2.1")
+    assert recipes.rule_for("13B").batch_tokens == 2**21
+    assert recipes.rule_for("10M").lr == pytest.approx(6e-4 * 768 / 320)
+    assert recipes.rule_for("0.1M").lr == recipes.LR_CAP
+    budget = recipes.Budget(seq_len=128)
+    plan = recipes.schedule("1M", budget)
+    params = core_params(get_shape("1M"))
+    assert plan.params == params
+    assert plan.steps == -(-round(20 * params) // 2048) and plan.tokens == plan.steps * 2048
+    assert plan.warmup_steps == int(0.1 * plan.steps)
+    capped = recipes.schedule("1M", recipes.Budget(seq_len=128, max_tokens=4096, max_steps=1))
+    assert (capped.steps, capped.warmup_steps) == (1, 1)
+
+
+def test_plan_rows_use_the_analytic_flops():
+    study = build_study(flags(sizes="0.3M", seeds=1, families="ar"))
+    (row,) = plan_rows(study)
+    spec = study.cells[0].spec
+    shape = get_shape("0.3M")
+    assert row.flops == train_flops_per_token(shape, 128, VOCAB_SIZES["bytes"]) * spec.tokens
+    assert gpu_hours(989e12 * 0.4 * 3600) == pytest.approx(1.0)
+
+
+def test_vocab_sizes_match_the_tokenizers():
+    from jobs.data import get_encoding
+    for name, size in VOCAB_SIZES.items():
+        assert get_encoding(name).n_vocab == size
