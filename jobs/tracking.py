@@ -1,0 +1,196 @@
+"""Tracking: local metrics/status/manifest files always, wandb when installed and enabled.
+
+wandb is on when `spec.tracking` has `wandb=true` or the environment sets `AOSCALE_WANDB=1`;
+it runs offline unless an API key is configured (`WANDB_API_KEY`) or `WANDB_MODE` says
+otherwise, and keeps its files in `run_dir/wandb`. Project and group are the study, the run
+name is the run id, the config is the spec.
+"""
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from jobs.runfiles import MANIFEST_FILE, append_metrics, atomic_write_json
+from jobs.spec import RunSpec
+
+PACKAGES = ("torch", "numpy", "deepspeed", "tiktoken", "polars", "wandb", "aoscale")
+DEFAULT_PROJECT = "aoscale"
+
+
+def wandb_enabled(spec: RunSpec) -> bool:
+    """True when wandb is asked for (spec.tracking wandb=true or AOSCALE_WANDB=1) and installed."""
+    asked = bool(dict(spec.tracking).get("wandb", False)) or os.environ.get("AOSCALE_WANDB") == "1"
+    if not asked:
+        return False
+    try:
+        import wandb  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _start_wandb(run_dir: Path, spec: RunSpec) -> Any:
+    import wandb
+
+    if "WANDB_MODE" not in os.environ and not os.environ.get("WANDB_API_KEY"):
+        os.environ["WANDB_MODE"] = "offline"
+    tracking = dict(spec.tracking)
+    project = tracking.get("project") or spec.study or DEFAULT_PROJECT
+    return wandb.init(project=project, group=spec.study or None, name=spec.run_id, id=spec.run_id,
+                      config=spec.to_dict(), dir=str(run_dir), resume="allow", reinit=True)
+
+
+class Tracker:
+    """Writes metric rows to `metrics.ndjson` (rank 0 only) and mirrors them to wandb."""
+
+    def __init__(self, run_dir: str | Path, spec: RunSpec, rank: int = 0):
+        self.run_dir, self.active = Path(run_dir), rank == 0
+        self.wandb = _start_wandb(self.run_dir, spec) if self.active and wandb_enabled(spec) else None
+
+    def log(self, row: dict[str, Any]) -> None:
+        """Append one row (must carry `kind`); train/val rows also go to wandb at their step."""
+        if not self.active:
+            return
+        append_metrics(self.run_dir, [row])
+        if self.wandb is not None and row.get("kind") in ("train", "val"):
+            values = {f"{row['kind']}/{k}": v for k, v in row.items()
+                      if k not in ("kind", "step") and isinstance(v, (int, float))}
+            self.wandb.log(values, step=int(row["step"]))
+
+    def close(self, state: str) -> None:
+        """Finish the wandb run (exit code 0 unless the run failed)."""
+        if self.wandb is not None:
+            self.wandb.finish(exit_code=1 if state == "failed" else 0)
+            self.wandb = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Manifest
+
+
+def _version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _git_commit() -> str | None:
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def hardware() -> dict[str, Any]:
+    """CPU, thread count and GPUs of this machine."""
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return {"cpu": _cpu_model(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "gpus": gpus, "cuda": torch.version.cuda, "cuda_available": torch.cuda.is_available(),
+            "hostname": platform.node()}
+
+
+def write_manifest(run_dir: str | Path, spec: RunSpec, extra: dict[str, Any]) -> dict[str, Any]:
+    """manifest.json: package versions, torch/CUDA, hardware, data hashes, engine facts."""
+    manifest = {
+        "run_id": spec.run_id,
+        "written_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "packages": {name: _version(name) for name in PACKAGES},
+        "git_commit": _git_commit(),
+        "hardware": hardware(),
+        **extra,
+    }
+    atomic_write_json(Path(run_dir) / MANIFEST_FILE, manifest)
+    return manifest
+
+
+# ---------------------------------------------------------------------------------------------
+# Progress line
+
+
+def format_eta(seconds: float) -> str:
+    """h:mm:ss."""
+    seconds = max(0, int(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class Progress:
+    """A periodic line on stderr: step, loss, lr, tokens/s, MFU, ETA."""
+
+    def __init__(self, run_id: str, total_steps: int, active: bool):
+        self.run_id, self.total_steps, self.active = run_id, total_steps, active
+        self.started_s = time.perf_counter()
+
+    def line(self, row: dict[str, Any]) -> None:
+        if not self.active:
+            return
+        remaining = self.total_steps - row["step"]
+        eta_s = remaining * row["batch_tokens"] / max(row["tokens_per_s"], 1e-9)
+        print(f"[{self.run_id}] step {row['step']}/{self.total_steps} loss {row['loss']:.4f} "
+              f"lr {row['lr']:.2e} {row['tokens_per_s']:,.0f} tok/s mfu {100 * row['mfu']:.1f}% "
+              f"eta {format_eta(eta_s)}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Peak FLOP/s for MFU
+
+_PEAK_CACHE: dict[tuple[str, str, int], float] = {}
+PEAK_MATMUL_N = {"cpu": 1024, "cuda": 8192}  # square matmul sizes big enough to reach peak
+PEAK_MEASURE_S = 0.5  # wall time spent per measurement
+
+
+def measure_peak_flops(device: torch.device, dtype: torch.dtype) -> float:
+    """Achievable matmul FLOP/s of this process (cached): square n x n matmuls, 2n^3 FLOPs each.
+
+    Measured rather than taken from a datasheet, in the run's dtype and thread count, so MFU
+    is achieved model FLOP/s over what this machine's matmul reaches in the same conditions.
+    """
+    key = (str(device), str(dtype), torch.get_num_threads())
+    if key not in _PEAK_CACHE:
+        _PEAK_CACHE[key] = _time_matmuls(device, dtype, PEAK_MATMUL_N[device.type])
+    return _PEAK_CACHE[key]
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _time_matmuls(device: torch.device, dtype: torch.dtype, n: int) -> float:
+    gen = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(n, n, device=device, dtype=dtype, generator=gen)
+    b = torch.randn(n, n, device=device, dtype=dtype, generator=gen)
+    torch.mm(a, b)  # warm-up
+    _sync(device)
+    best_s, spent_s, count = float("inf"), 0.0, 0
+    while spent_s < PEAK_MEASURE_S or count < 3:
+        start = time.perf_counter()
+        torch.mm(a, b)
+        _sync(device)
+        elapsed = time.perf_counter() - start
+        best_s, spent_s, count = min(best_s, elapsed), spent_s + elapsed, count + 1
+    return 2 * n**3 / best_s

@@ -1,0 +1,542 @@
+"""Train one run into a run directory; rerunning resumes from the latest valid checkpoint.
+
+    python -m jobs.train --run-dir DIR --family ar --size 0.1M --steps 100 [...]
+    python -m jobs.train --run-dir DIR --spec spec.json
+    python -m jobs.train --run-dir DIR              # resume the spec.json already in DIR
+
+The loop is nanoGPT's: learning rate for the step, micro-steps (forward, backward), clip,
+optimizer step, EMA, then hooks for logging, validation and checkpoints. Batches are a pure
+function of (seed, step) and the loss generator is reseeded from (seed, step, chunk) before
+every micro-batch, so the step is the whole data position and a resumed run is bitwise equal
+to an uninterrupted one on CPU fp32.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from jobs import checkpoint as ckpt
+from jobs.engines import eval_mode, make_engine
+from jobs.runfiles import (SPEC_FILE, add_status_warning, atomic_write_text, read_status,
+                           truncate_metrics, write_status)
+from jobs.spec import ENGINES, PRECISIONS, ZERO_STAGES, RunSpec
+from jobs.tracking import Progress, Tracker, measure_peak_flops, write_manifest
+
+_STOP = threading.Event()
+TRAIN_SALT, VAL_SALT = 1, 2  # keep the training and validation generator streams apart
+
+
+def request_stop() -> None:
+    """Ask every training loop in this process to checkpoint after its current step and return
+    "preempted" (safe to call from a signal handler or another thread)."""
+    _STOP.set()
+
+
+def lr_at(step: int, spec: RunSpec) -> float:
+    """Linear warm-up over `warmup_steps`, then cosine from the peak to `min_lr_ratio` x peak."""
+    if step < spec.warmup_steps:
+        return spec.lr * (step + 1) / spec.warmup_steps
+    floor = spec.lr * spec.min_lr_ratio
+    progress = (step - spec.warmup_steps) / max(1, spec.steps - spec.warmup_steps)
+    return floor + 0.5 * (spec.lr - floor) * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def chunk_seed(seed: int, step: int, chunk: int, salt: int = TRAIN_SALT) -> int:
+    """A 63-bit seed for the loss generator of one micro-batch, hashed from its coordinates."""
+    state = np.random.SeedSequence([seed, step, chunk, salt]).generate_state(2, dtype=np.uint32)
+    return (int(state[0]) << 31) ^ int(state[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation of input
+
+
+def validate(spec: RunSpec) -> None:
+    """Raise ValueError naming the first bad field and how to fix it."""
+    checks = [
+        (spec.engine in ENGINES, "engine", f"{spec.engine!r} is unknown; use one of {list(ENGINES)}"),
+        (spec.zero_stage in ZERO_STAGES, "zero_stage", f"{spec.zero_stage} is invalid; use 1, 2 or 3"),
+        (spec.precision in PRECISIONS, "precision", f"{spec.precision!r} is unknown; use {list(PRECISIONS)}"),
+        (spec.steps > 0, "steps", f"{spec.steps} must be a positive number of optimizer steps"),
+        (spec.lr > 0, "lr", f"{spec.lr} must be positive"),
+        (spec.warmup_steps >= 0, "warmup_steps", f"{spec.warmup_steps} must be >= 0"),
+        (spec.seq_len >= 2, "seq_len", f"{spec.seq_len} must be >= 2"),
+        (spec.batch_size > 0, "batch_size", f"{spec.batch_size} must be positive"),
+        (spec.micro_batch_size >= 0 and spec.batch_size % spec.micro_batch == 0, "micro_batch_size",
+         f"{spec.micro_batch_size} must divide batch_size {spec.batch_size} (0 = no accumulation)"),
+        (0.0 <= spec.ema < 1.0, "ema", f"{spec.ema} must be in [0, 1) (0 = off)"),
+        (0.0 <= spec.min_lr_ratio <= 1.0, "min_lr_ratio", f"{spec.min_lr_ratio} must be in [0, 1]"),
+        (spec.grad_clip > 0, "grad_clip", f"{spec.grad_clip} must be positive"),
+        (spec.keep_checkpoints >= 1, "keep_checkpoints", f"{spec.keep_checkpoints} must be >= 1"),
+        (spec.checkpoint_every >= 0, "checkpoint_every", f"{spec.checkpoint_every} must be >= 0"),
+        (spec.eval_every >= 0, "eval_every", f"{spec.eval_every} must be >= 0"),
+        (spec.log_every >= 1, "log_every", f"{spec.log_every} must be >= 1"),
+        (spec.eval_batches >= 1, "eval_batches", f"{spec.eval_batches} must be >= 1"),
+    ]
+    for ok, name, message in checks:
+        if not ok:
+            raise ValueError(f"{name}: {message}")
+
+
+def check_run_dir(run_dir: Path, spec: RunSpec) -> None:
+    """A run directory holds one run: refuse a spec.json with another run id."""
+    path = run_dir / SPEC_FILE
+    if not path.exists():
+        return
+    try:
+        existing = RunSpec.load(path)
+    except (OSError, ValueError, TypeError) as error:
+        raise ValueError(f"run_dir: {path} is unreadable ({error}); use a fresh --run-dir") from None
+    if existing.run_id != spec.run_id:
+        raise ValueError(f"run_dir: {run_dir} holds run {existing.run_id}, not {spec.run_id}; "
+                         "use a fresh --run-dir or the same spec")
+
+
+# ---------------------------------------------------------------------------------------------
+# RNG state (weights_only-loadable: tensors, ints, floats, strings, tuples)
+
+
+def rng_state(generator: torch.Generator) -> dict[str, Any]:
+    """torch (CPU and CUDA), numpy, python and loss-generator RNG states."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+             "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                       "has_gauss": int(has_gauss), "gauss": float(gauss)},
+             "generator": generator.get_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def seed_everything(seed: int) -> None:
+    """Seed torch (all devices), numpy and python's global RNGs."""
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+def set_rng_state(state: dict[str, Any], generator: torch.Generator) -> None:
+    """Inverse of `rng_state`."""
+    torch.set_rng_state(state["torch"])
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    n = state["numpy"]
+    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
+    generator.set_state(state["generator"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+
+
+@dataclass
+class Run:
+    """Everything one training call holds: spec, engine, data, EMA, files."""
+
+    run_dir: Path
+    spec: RunSpec
+    engine: Any
+    batches: Any
+    val_tokens: Any
+    ema: Any
+    generator: torch.Generator
+    tracker: Tracker
+    flops_per_token: int
+    peak_flops: float
+    step: int = 0
+    window: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rank0(self) -> bool:
+        return self.engine.rank == 0
+
+    @property
+    def batch_tokens(self) -> int:
+        return self.spec.batch_size * self.spec.seq_len
+
+    def warn(self, message: str) -> None:
+        """A warning in the log (stderr) and in status.json."""
+        if self.rank0:
+            print(f"warning: {message}", file=sys.stderr, flush=True)
+            add_status_warning(self.run_dir, message)
+
+
+def _data(spec: RunSpec) -> tuple[Any, Any]:
+    from jobs.data import Batches, token_array
+
+    train_tokens = token_array(spec.corpus, spec.tokenizer, "train")
+    val_tokens = token_array(spec.corpus, spec.tokenizer, "validation")
+    return Batches(train_tokens, spec.batch_size, spec.seq_len, spec.seed), val_tokens
+
+
+def _data_hashes(spec: RunSpec) -> dict[str, Any]:
+    from jobs.data import corpus_hash, tokenizer_hash
+
+    return {"corpus": spec.corpus, "tokenizer": spec.tokenizer,
+            "tokenizer_hash": tokenizer_hash(spec.tokenizer),
+            "corpus_hash": {split: corpus_hash(spec.corpus, spec.tokenizer, split)
+                            for split in ("train", "validation")}}
+
+
+def _make_ema(model: torch.nn.Module, engine: Any, rate: float) -> Any:
+    from models.ema import EMA
+
+    if rate <= 0:
+        return None
+    with engine.gathered():  # collective under ZeRO-3; only rank 0 keeps the EMA
+        return EMA(model, rate) if engine.rank == 0 else None
+
+
+class InputError(ValueError):
+    """Bad input found before anything was written (CLI exit status 2)."""
+
+
+def setup(run_dir: Path, spec: RunSpec) -> Run:
+    """Build model, engine, data and tracker; write spec.json and the manifest on rank 0."""
+    seed_everything(spec.seed)  # the model's initial weights come from the global RNG
+    try:
+        model = ckpt.model_from_spec(spec)
+        batches, val_tokens = _data(spec)
+        flops_per_token = model.flops_per_token()  # before any engine partitions the weights
+        counts = model.count_params()
+        engine = make_engine(model, spec)
+    except ValueError as error:
+        raise InputError(str(error)) from None
+    dtype = torch.bfloat16 if engine.bf16 else torch.float32
+    if engine.rank == 0:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(run_dir / SPEC_FILE, spec.to_json() + "\n")
+        write_manifest(run_dir, spec, {"engine": engine.name, "world_size": engine.world_size,
+                                       "dtype": str(dtype), "n_params": counts,
+                                       "flops_per_token": flops_per_token, **_data_hashes(spec)})
+    generator = torch.Generator(device=engine.device).manual_seed(spec.seed)
+    return Run(run_dir, spec, engine, batches, val_tokens, _make_ema(model, engine, spec.ema),
+               generator, Tracker(run_dir, spec, engine.rank), flops_per_token,
+               measure_peak_flops(engine.device, dtype))
+
+
+def save(run: Run) -> None:
+    """Checkpoint the current step (collective: every rank calls it)."""
+    engine, step = run.engine, run.step
+    if run.rank0:
+        ckpt.prepare(run.run_dir, step)
+    engine.barrier()
+    folder = ckpt.temp_dir(run.run_dir, step)
+    engine.save(folder)
+    weights = engine.full_state_dict()
+    ckpt.save_file({"step": step, "rng": rng_state(run.generator)}, folder / f"rank_{engine.rank:04d}.pt")
+    if run.rank0:
+        ema = run.ema.state_dict() if run.ema is not None else None
+        ckpt.save_file({"model": weights, "ema": ema, "step": step}, folder / ckpt.MODEL_FILE)
+    engine.barrier()
+    if run.rank0:
+        ckpt.commit(run.run_dir, step, engine.name, run.spec.keep_checkpoints)
+    engine.barrier()
+
+
+def _choose_checkpoint(run: Run) -> Path | None:
+    """Rank 0 picks the newest valid checkpoint and tells the others."""
+    chosen = [ckpt.latest_valid(run.run_dir, run.warn) if run.rank0 else None]
+    if run.engine.world_size > 1:
+        torch.distributed.broadcast_object_list(chosen, src=0)
+    return chosen[0]
+
+
+def resume(run: Run) -> None:
+    """Load the newest valid checkpoint (if any) into model, optimizer, EMA and RNGs."""
+    path = _choose_checkpoint(run)
+    if path is None:
+        return
+    engine = run.engine
+    meta = ckpt.read_meta(path)
+    if meta["engine"] != engine.name:
+        raise ValueError(f"engine: checkpoint {path.name} was written by engine {meta['engine']!r}; "
+                         f"rerun with --engine {meta['engine']}")
+    state = ckpt.load_file(path / ckpt.MODEL_FILE)
+    if engine.name == "torch":
+        engine.model.load_state_dict(state["model"])
+    engine.load(path)
+    if run.ema is not None:
+        run.ema.load_state_dict(state["ema"])
+    mine = ckpt.load_file(path / f"rank_{engine.rank:04d}.pt")
+    set_rng_state(mine["rng"], run.generator)
+    run.step = int(state["step"])
+
+
+# ---------------------------------------------------------------------------------------------
+# One optimizer step and the hooks after it
+
+
+def train_step(run: Run) -> tuple[float, float]:
+    """One optimizer step over the global batch; returns (mean loss over all ranks, grad norm)."""
+    engine, spec, step = run.engine, run.spec, run.step
+    engine.set_lr(lr_at(step, spec))
+    total = 0.0
+    for chunk in engine.local_chunks:
+        tokens = run.batches.get(step, chunk, engine.n_micro_total)
+        run.generator.manual_seed(chunk_seed(spec.seed, step, chunk))
+        loss = engine.loss(tokens, run.generator)
+        engine.backward(loss)
+        total += float(loss.detach())
+    grad_norm = engine.step()
+    return engine.mean(total / len(engine.local_chunks)), grad_norm
+
+
+def validation_loss(run: Run) -> float:
+    """Mean loss over the first `eval_batches` fixed validation batches (raw weights)."""
+    from jobs.data import val_batches
+
+    spec, losses = run.spec, []
+    with eval_mode(run.engine):
+        batches = val_batches(run.val_tokens, spec.micro_batch, spec.seq_len, spec.eval_batches)
+        for index, tokens in enumerate(batches):
+            run.generator.manual_seed(chunk_seed(spec.seed, 0, index, VAL_SALT))
+            losses.append(float(run.engine.loss(tokens, run.generator)))
+    return float(np.mean(losses))
+
+
+def log_train(run: Run, loss: float, grad_norm: float, progress: Progress) -> None:
+    """A train row every `log_every` steps (and at the last), with throughput over the window."""
+    spec, now = run.spec, time.perf_counter()
+    if run.step % spec.log_every and run.step != spec.steps:
+        return
+    steps = run.step - run.window["step"]
+    tokens_per_s = steps * run.batch_tokens / max(now - run.window["time"], 1e-9)
+    world = run.engine.world_size
+    row = {"kind": "train", "step": run.step, "tokens": run.step * run.batch_tokens, "loss": loss,
+           "lr": lr_at(run.step - 1, spec), "grad_norm": grad_norm, "tokens_per_s": tokens_per_s,
+           "mfu": run.flops_per_token * tokens_per_s / (run.peak_flops * world)}
+    run.tracker.log(row)
+    progress.line({**row, "batch_tokens": run.batch_tokens})
+    run.window = {"step": run.step, "time": time.perf_counter()}
+
+
+def _due(step: int, every: int, last: int) -> bool:
+    return step == last or (every > 0 and step % every == 0)
+
+
+def fail(run: Run, reason: str) -> str:
+    """Mark the run failed at the current step; checkpoints are left as they are."""
+    if run.rank0:
+        write_status(run.run_dir, "failed", step=run.step, steps=run.spec.steps, reason=reason)
+        print(f"error: run {run.spec.run_id} failed at step {run.step}: {reason}", file=sys.stderr)
+    return "failed"
+
+
+def loop(run: Run, stop_after: int | None, callbacks: Sequence[Callable[[Run], None]]) -> str:
+    """Train until done, failure, a stop request or `stop_after` more steps."""
+    spec, engine = run.spec, run.engine
+    progress = Progress(spec.run_id, spec.steps, run.rank0)
+    run.window = {"step": run.step, "time": time.perf_counter()}
+    first = run.step
+    while run.step < spec.steps:
+        loss, grad_norm = train_step(run)
+        run.step += 1
+        if not math.isfinite(loss):
+            log_train(run, loss, grad_norm, progress)
+            return fail(run, f"loss is {loss} at step {run.step} (lr {lr_at(run.step - 1, spec):.3g})")
+        if spec.ema > 0:
+            with engine.gathered():  # collective under ZeRO-3; only rank 0 keeps the EMA
+                if run.ema is not None:
+                    run.ema.update()
+        log_train(run, loss, grad_norm, progress)
+        for callback in callbacks:
+            callback(run)
+        if _due(run.step, spec.eval_every, spec.steps):
+            val = validation_loss(run)
+            run.tracker.log({"kind": "val", "step": run.step, "tokens": run.step * run.batch_tokens,
+                             "val_loss": val})
+        stopping = engine.any(_STOP.is_set()) or (stop_after is not None and run.step - first >= stop_after)
+        if stopping or _due(run.step, spec.checkpoint_every, spec.steps):
+            save(run)
+        if run.rank0:
+            write_status(run.run_dir, "running", step=run.step, steps=spec.steps)
+        if stopping and run.step < spec.steps:
+            return "preempted"
+    return "done"
+
+
+def _install_signal_handlers() -> None:
+    for name in ("SIGTERM", "SIGUSR1", "SIGUSR2", "SIGINT"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), lambda *_: request_stop())
+
+
+def train(run_dir: str | Path, spec: RunSpec, *, max_steps_this_call: int | None = None,
+          handle_signals: bool = False,
+          callbacks: Sequence[Callable[[Run], None]] = ()) -> str:
+    """Train (or resume) the run in `run_dir`; returns the final state: done|failed|preempted.
+
+    Bad input (invalid spec, a run directory holding another run, unknown family/size) raises
+    `InputError` (a ValueError) before anything is written. `max_steps_this_call` stops (with a checkpoint,
+    state "preempted") after that many steps; `request_stop()` does the same after the current
+    step; `handle_signals` makes SIGTERM/SIGUSR1/SIGUSR2/SIGINT call it. `callbacks(run)` run
+    after every optimizer step (after logging, before validation and checkpointing).
+    """
+    run_dir = Path(run_dir)
+    try:
+        validate(spec)
+        check_run_dir(run_dir, spec)
+    except ValueError as error:
+        raise InputError(str(error)) from None
+    if read_status(run_dir).get("state") == "done" and ckpt.latest_valid(run_dir) is not None:
+        return "done"
+    if handle_signals:
+        _install_signal_handlers()
+    _STOP.clear()
+    run = setup(run_dir, spec)
+    try:
+        return _train(run, max_steps_this_call, callbacks)
+    except BaseException as error:
+        fail(run, f"{type(error).__name__}: {error}")
+        raise
+    finally:
+        run.engine.close()
+
+
+def _train(run: Run, stop_after: int | None, callbacks: Sequence[Callable[[Run], None]]) -> str:
+    resume(run)
+    if run.rank0:
+        truncate_metrics(run.run_dir, run.step)
+        run.tracker.log({"kind": "start", "step": run.step, "from_step": run.step,
+                         "time": time.time(), "engine": run.engine.name,
+                         "world_size": run.engine.world_size})
+        write_status(run.run_dir, "running", step=run.step, steps=run.spec.steps)
+    state = loop(run, stop_after, callbacks)
+    if run.rank0 and state != "failed":
+        write_status(run.run_dir, state, step=run.step, steps=run.spec.steps)
+    run.tracker.close(state)
+    return state
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+DEFAULT_LR = 1e-3  # for the CPU rungs; scaling/ sets each rung's learning rate in studies
+DEFAULT_WARMUP_FRACTION = 0.1  # warm-up steps = 10 % of steps unless --warmup is given
+EXIT_CODES = {"done": 0, "failed": 1, "preempted": 3}
+FLAG_FIELDS = {  # CLI flag -> RunSpec field
+    "family": "family", "size": "size", "steps": "steps", "batch_size": "batch_size",
+    "micro_batch_size": "micro_batch_size", "seq_len": "seq_len", "lr": "lr",
+    "warmup": "warmup_steps", "seed": "seed", "corpus": "corpus", "tokenizer": "tokenizer",
+    "engine": "engine", "zero_stage": "zero_stage", "checkpoint_every": "checkpoint_every",
+    "ema": "ema", "eval_every": "eval_every", "log_every": "log_every", "precision": "precision",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one clear line, exit status 2
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `python -m jobs.train` argument parser."""
+    p = _Parser(prog="python -m jobs.train", description="Train (or resume) one run.")
+    p.add_argument("--run-dir", required=True, help="run directory (created; reruns resume)")
+    p.add_argument("--spec", help="a spec.json to train (flags given too override its fields)")
+    for name in ("family", "size", "corpus", "tokenizer", "engine", "precision"):
+        p.add_argument(f"--{name.replace('_', '-')}")
+    for name in ("steps", "tokens", "batch_size", "micro_batch_size", "seq_len", "warmup", "seed",
+                 "zero_stage", "checkpoint_every", "eval_every", "log_every"):
+        p.add_argument(f"--{name.replace('_', '-')}", type=int)
+    p.add_argument("--lr", type=float)
+    p.add_argument("--ema", type=float)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a spec field, tracking.KEY, or else a model option (value parsed as JSON)")
+    p.add_argument("--max-steps-this-call", type=int, help="stop (preempted) after this many steps")
+    p.add_argument("--handle-signals", action="store_true",
+                   help="SIGTERM/SIGUSR1/SIGUSR2/SIGINT checkpoint and stop")
+    return p
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _apply_sets(fields: dict[str, Any], pairs: list[str]) -> None:
+    names = {f.name for f in dataclasses.fields(RunSpec)}
+    options, tracking = dict(fields.get("model_options", {})), dict(fields.get("tracking", {}))
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InputError(f"--set: {pair!r} must look like key=value")
+        if key.startswith("tracking."):
+            tracking[key.removeprefix("tracking.")] = _parse_value(value)
+        elif key in names:
+            fields[key] = _parse_value(value)
+        else:
+            options[key] = _parse_value(value)
+    fields["model_options"], fields["tracking"] = options, tracking
+
+
+def _base_fields(args: argparse.Namespace) -> dict[str, Any]:
+    source = Path(args.spec) if args.spec else Path(args.run_dir) / SPEC_FILE
+    if args.spec or (source.exists() and args.family is None):
+        try:
+            fields = RunSpec.load(source).to_dict()
+        except (OSError, ValueError, TypeError) as error:
+            raise InputError(f"spec: cannot read {source} ({error}); give a valid spec.json") from None
+        fields.pop("run_id")
+        return fields
+    missing = [f"--{n}" for n in ("family", "size") if getattr(args, n) is None]
+    if args.steps is None and args.tokens is None:
+        missing.append("--steps or --tokens")
+    if missing:
+        raise InputError(f"arguments: {', '.join(missing)} required (or --spec spec.json)")
+    return {"family": args.family, "size": args.size, "steps": 0, "lr": DEFAULT_LR, "warmup_steps": -1}
+
+
+def spec_from_args(args: argparse.Namespace) -> RunSpec:
+    """The RunSpec named by the command line (ValueError on bad input)."""
+    fields = _base_fields(args)
+    fields.update({FLAG_FIELDS[k]: v for k, v in vars(args).items() if k in FLAG_FIELDS and v is not None})
+    _apply_sets(fields, args.set)
+    if args.tokens is not None:
+        tokens_per_step = fields.get("batch_size", 16) * fields.get("seq_len", 128)
+        fields["steps"] = -(-args.tokens // tokens_per_step)
+    if fields.get("warmup_steps") == -1:
+        fields["warmup_steps"] = int(DEFAULT_WARMUP_FRACTION * fields["steps"])
+    try:
+        return RunSpec.from_dict(fields)
+    except (TypeError, ValueError) as error:
+        raise InputError(f"spec: {error}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point; exit 0 done, 1 failed, 3 preempted, 2 bad input (nothing written)."""
+    args = build_parser().parse_args(argv)
+    try:
+        spec = spec_from_args(args)
+        if args.max_steps_this_call is not None and args.max_steps_this_call < 1:
+            raise InputError("--max-steps-this-call: must be >= 1")
+        state = train(args.run_dir, spec, max_steps_this_call=args.max_steps_this_call,
+                      handle_signals=args.handle_signals)
+    except InputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return EXIT_CODES[state]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
