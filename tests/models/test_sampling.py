@@ -1,0 +1,132 @@
+"""Samplers: KV-cache equivalence, parallel-decoding attention, schedules, exact categorical draws."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from scipy import stats
+
+from models import build_model
+from models import sampling as sm
+
+V, L = 13, 16
+
+
+def _model(family: str, **options):
+    torch.manual_seed(0)
+    return build_model(family, "0.1M", vocab_size=V, seq_len=L, **options).eval()
+
+
+def test_ar_kv_cache_logits_equal_full_recomputation():
+    model = _model("ar")
+    out = sm.generate_ar(model, 3, L, generator=torch.Generator().manual_seed(1), record=True)
+    cached = torch.stack(out.step_logits, 1)
+    with torch.no_grad():
+        full = model(out.tokens)
+    assert (cached - full).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("family", ["aogpt", "sigma_gpt"])
+@pytest.mark.parametrize("schedule,steps", [("linear", 5), ("cosine", 4), ("bernoulli", 6), ("linear", L)])
+def test_aogpt_kv_cache_equals_recomputation_in_parallel_steps(family, schedule, steps):
+    model = _model(family)
+    out = sm.generate_aogpt(model, 3, L, steps=steps, schedule=schedule,
+                            generator=torch.Generator().manual_seed(2), record=True)
+    assert sum(out.counts) == L
+    j, recorded = 0, iter(out.step_logits)
+    for k in out.counts:
+        if k == 0:
+            continue
+        with torch.no_grad():
+            full = sm.aogpt_step_logits(model, out.tokens, out.order, j, k, cache=None)
+        assert (next(recorded) - full).abs().max() <= 1e-5
+        j += k
+
+
+def test_aogpt_one_token_per_step_matches_the_family_forward():
+    model = _model("aogpt")
+    out = sm.generate_aogpt(model, 2, L, steps=L, generator=torch.Generator().manual_seed(3), record=True)
+    with torch.no_grad():
+        full = model(out.tokens, out.order)
+    assert (torch.cat(out.step_logits, 1) - full).abs().max() <= 1e-5
+
+
+def test_each_parallel_query_sees_the_context_and_itself_only():
+    """Query q of a step decoding σ_j..σ_{j+k-1} equals slot j of the order σ_<j, σ_{j+q}, ..."""
+    model = _model("aogpt")
+    g = torch.Generator().manual_seed(4)
+    tokens = torch.randint(0, V, (2, L), generator=g)
+    order = torch.rand(2, L, generator=g).argsort(1)
+    j, k = 5, 4
+    with torch.no_grad():
+        step = sm.aogpt_step_logits(model, tokens, order, j, k)
+        for q in range(k):
+            moved = torch.cat([order[:, :j], order[:, j + q:j + q + 1], order[:, j:j + q], order[:, j + q + 1:]], 1)
+            assert (step[:, q] - model(tokens, moved)[:, j]).abs().max() <= 1e-5
+
+
+def test_deterministic_schedules_decode_every_position():
+    assert sm.step_counts("linear", L, L) == [1] * L
+    assert sm.step_counts("linear", L, 4) == [4] * 4
+    for schedule in ("linear", "cosine"):
+        for steps in (1, 3, 7, L, 2 * L):
+            counts = sm.step_counts(schedule, L, steps)
+            assert len(counts) == steps and sum(counts) == L
+            done = [c for c in counts if c]
+            assert counts[:len(done)] == done  # >= 1 token per step until every position is decoded
+    cosine = sm.step_counts("cosine", 64, 8)
+    assert cosine[0] < cosine[-1]  # cosine reveals few tokens first, many last
+
+
+def test_bernoulli_step_counts_follow_the_binomial():
+    """Each token is revealed at step i w.p. 1/T, so every step's count is Binomial(L, 1/T)."""
+    g = torch.Generator().manual_seed(5)
+    length, steps, n = 24, 6, 4000
+    draws = torch.tensor([sm.step_counts("bernoulli", length, steps, g) for _ in range(n)])
+    assert (draws.sum(1) == length).all()
+    for i in (0, 3):
+        pmf = stats.binom.pmf(range(length + 1), length, 1 / steps)
+        observed = torch.bincount(draws[:, i], minlength=length + 1).numpy()
+        keep = pmf * n >= 5  # pool the sparse tail into one bin
+        obs = list(observed[keep]) + [observed[~keep].sum()]
+        exp = list(pmf[keep] * n) + [pmf[~keep].sum() * n]
+        assert stats.chisquare(obs, exp).pvalue > 0.001
+
+
+def test_fp64_multinomial_draws_match_softmax_and_top_p():
+    g = torch.Generator().manual_seed(6)
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0, -3.0])
+    n = 20000
+    draws = sm.sample_logits(logits.expand(n, 5), 0.7, 1.0, g)
+    p = torch.softmax(logits.double() / 0.7, 0).numpy()
+    assert stats.chisquare(torch.bincount(draws, minlength=5).numpy(), p * n).pvalue > 0.001
+    nucleus = sm.sample_logits(logits.expand(n, 5), 1.0, 0.8, g)
+    assert set(nucleus.tolist()) == {0, 1}  # p = .64, .24, ...: the smallest prefix reaching .8
+    assert sm.sample_logits(logits[None], 0.0)[0] == 0
+
+
+@pytest.mark.parametrize("sampler", ["ancestral", "analytic", "euler"])
+def test_mdm_samplers_fill_every_position(sampler):
+    model = _model("mdm", loss="sedd" if sampler != "ancestral" else "mdlm")
+    out = sm.generate_mdm(model, 3, L, 8, sampler, generator=torch.Generator().manual_seed(7))
+    assert out.tokens.shape == (3, L) and (out.tokens < V).all() and sum(out.counts) == 3 * L
+
+
+def test_mdm_cache_skips_the_network_without_changing_samples():
+    model = _model("mdm")
+    run = lambda cache: sm.generate_mdm(model, 4, L, 64, generator=torch.Generator().manual_seed(8), cache=cache)  # noqa: E731
+    cached, plain = run(True), run(False)
+    assert torch.equal(cached.tokens, plain.tokens)
+    assert plain.n_rows == 4 * 64 and cached.n_rows < 4 * L  # network only for rows that reveal
+
+
+def test_bad_sampler_arguments_are_value_errors():
+    model = _model("aogpt")
+    with pytest.raises(ValueError, match="schedule"):
+        sm.generate_aogpt(model, 1, L, schedule="zigzag")
+    with pytest.raises(ValueError, match="length"):
+        sm.generate_aogpt(model, 1, L + 1)
+    with pytest.raises(ValueError, match="steps"):
+        sm.step_counts("linear", L, 0)
+    assert math.isclose(sum(sm.step_counts("cosine", 100, 10)), 100)
