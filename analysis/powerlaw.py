@@ -101,16 +101,18 @@ def grid_starts(y: np.ndarray) -> np.ndarray:
     return np.clip(np.array(grid), [b[0] for b in BOUNDS], [b[1] for b in BOUNDS])
 
 
-LM_MAX_ITERS = 300  # batched Levenberg-Marquardt iterations (converges in ~10-60 from a warm start)
-LM_RTOL = 1e-10  # stop a block when its objective improves by less than this, relative
+LM_MAX_ITERS = 200  # batched LM iterations for resamples (IRLS on a near-L1 loss converges linearly)
+LM_RTOL = 1e-8  # stop a block when its objective improves by less than this, relative
+GRID_ITERS = 60  # LM iterations from each grid start; the best is then polished to convergence
 
 
 def _residuals_and_jacobian(theta: np.ndarray, lx: np.ndarray, log_y: np.ndarray):
+    """Residuals [B, n] and the Jacobian columns d pred/d(e, a, alpha), each [B, n]."""
     e, a, alpha = theta[:, :1], theta[:, 1:2], theta[:, 2:3]
     pred = np.logaddexp(e, a - alpha * lx)
     w_e = np.exp(e - pred)
     w_a = 1.0 - w_e
-    return pred - log_y, np.stack([w_e, w_a, -w_a * lx], axis=2)
+    return pred - log_y, (w_e, w_a, -w_a * lx)
 
 
 def _huber_rows(r: np.ndarray, delta: float = HUBER_DELTA) -> np.ndarray:
@@ -118,7 +120,33 @@ def _huber_rows(r: np.ndarray, delta: float = HUBER_DELTA) -> np.ndarray:
     return (np.where(absr <= delta, 0.5 * r * r, delta * (absr - 0.5 * delta)) / delta).sum(axis=1)
 
 
-def minimise_batched(lx: np.ndarray, log_y: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def solve_sym3(h: dict[str, np.ndarray], g: tuple[np.ndarray, ...]) -> np.ndarray:
+    """Solve batched symmetric 3x3 systems H x = g by the adjugate; h holds the six entries [B]."""
+    c00 = h["11"] * h["22"] - h["12"] ** 2
+    c01 = h["02"] * h["12"] - h["01"] * h["22"]
+    c02 = h["01"] * h["12"] - h["02"] * h["11"]
+    c11 = h["00"] * h["22"] - h["02"] ** 2
+    c12 = h["01"] * h["02"] - h["00"] * h["12"]
+    c22 = h["00"] * h["11"] - h["01"] ** 2
+    det = h["00"] * c00 + h["01"] * c01 + h["02"] * c02
+    x0 = c00 * g[0] + c01 * g[1] + c02 * g[2]
+    x1 = c01 * g[0] + c11 * g[1] + c12 * g[2]
+    x2 = c02 * g[0] + c12 * g[1] + c22 * g[2]
+    return np.stack([x0, x1, x2], axis=1) / det[:, None]
+
+
+def _lm_step(r: np.ndarray, jac: tuple[np.ndarray, ...], damping: np.ndarray) -> np.ndarray:
+    """Damped IRLS Gauss-Newton step for Huber: (J'WJ + lambda diag) step = -J'W r."""
+    weight = np.minimum(1.0, HUBER_DELTA / np.maximum(np.abs(r), 1e-300)) / HUBER_DELTA
+    wj = [weight * j for j in jac]
+    h = {f"{i}{k}": (wj[i] * jac[k]).sum(1) for i in range(3) for k in range(i, 3)}
+    for i in range(3):
+        h[f"{i}{i}"] = h[f"{i}{i}"] * (1 + damping) + 1e-12
+    return solve_sym3(h, tuple(-(w * r).sum(1) for w in wj))
+
+
+def minimise_batched(lx: np.ndarray, log_y: np.ndarray, starts: np.ndarray,
+                     max_iters: int = LM_MAX_ITERS) -> tuple[np.ndarray, np.ndarray]:
     """B independent fits by iteratively reweighted Levenberg-Marquardt, vectorised over blocks.
 
     Huber's IRLS weights min(1, delta/|r|)/delta give a quadratic majoriser of the objective, so
@@ -126,32 +154,26 @@ def minimise_batched(lx: np.ndarray, log_y: np.ndarray, starts: np.ndarray) -> t
     the same objective `huber_objective` defines. Returns (theta [B, 3], objective [B]).
     """
     lo, hi = np.array([b[0] for b in BOUNDS]), np.array([b[1] for b in BOUNDS])
-    log_y = np.broadcast_to(log_y, (starts.shape[0], lx.size))
+    log_y = np.ascontiguousarray(np.broadcast_to(log_y, (starts.shape[0], lx.size)))
     theta = np.clip(starts.astype(float), lo, hi)
     r, jac = _residuals_and_jacobian(theta, lx, log_y)
     value = _huber_rows(r)
     damping = np.full(theta.shape[0], 1e-3)
-    active = np.ones(theta.shape[0], dtype=bool)
-    for _ in range(LM_MAX_ITERS):
-        if not active.any():
+    idx = np.arange(theta.shape[0])
+    for _ in range(max_iters):
+        if idx.size == 0:
             break
-        idx = np.flatnonzero(active)
-        weight = np.minimum(1.0, HUBER_DELTA / np.maximum(np.abs(r[idx]), 1e-300)) / HUBER_DELTA
-        jw = jac[idx] * weight[:, :, None]
-        hess = np.einsum("bni,bnj->bij", jw, jac[idx])
-        grad = np.einsum("bni,bn->bi", jw, r[idx])
-        diag = np.einsum("bii->bi", hess) + 1e-12
-        hess = hess + (damping[idx, None] * diag)[:, :, None] * np.eye(3)
-        step = np.linalg.solve(hess, -grad[:, :, None])[:, :, 0]
-        trial = np.clip(theta[idx] + step, lo, hi)
+        trial = np.clip(theta[idx] + _lm_step(r[idx], tuple(j[idx] for j in jac), damping[idx]), lo, hi)
         r_t, jac_t = _residuals_and_jacobian(trial, lx, log_y[idx])
         v_t = _huber_rows(r_t)
         better = v_t < value[idx]
         gain = np.where(better, (value[idx] - v_t) / np.maximum(value[idx], 1e-300), 0.0)
         acc = idx[better]
-        theta[acc], r[acc], jac[acc], value[acc] = trial[better], r_t[better], jac_t[better], v_t[better]
-        damping[idx] = np.where(better, damping[idx] / 3, damping[idx] * 10)
-        active[idx] = ~((better & (gain < LM_RTOL)) | (damping[idx] > 1e12))
+        theta[acc], r[acc], value[acc] = trial[better], r_t[better], v_t[better]
+        for j, j_t in zip(jac, jac_t):
+            j[acc] = j_t[better]
+        damping[idx] = np.where(better, damping[idx] / 10, damping[idx] * 10)
+        idx = idx[~((better & (gain < LM_RTOL)) | (damping[idx] > 1e12))]
     return theta, value
 
 
@@ -162,13 +184,13 @@ def polish(lx: np.ndarray, log_y: np.ndarray, theta0: np.ndarray) -> tuple[np.nd
     return res.x, float(res.fun)
 
 
-POLISH_TOP = 4  # grid solutions polished by L-BFGS-B; the best polished one is the estimate
+POLISH_TOP = 1  # grid solutions polished by L-BFGS-B; the best polished one is the estimate
 
 
 def fit_theta(lx: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
     """Best fit from the grid of starts: batched LM from every start, L-BFGS-B on the best few."""
     log_y = np.log(y)
-    thetas, values = minimise_batched(lx, log_y, grid_starts(y))
+    thetas, values = minimise_batched(lx, log_y, grid_starts(y), max_iters=GRID_ITERS)
     candidates = [polish(lx, log_y, thetas[i]) for i in np.argsort(values)[:POLISH_TOP]]
     return min(candidates, key=lambda c: c[1])
 
