@@ -1,0 +1,380 @@
+"""Evaluate one run: likelihoods on its validation split and zero-shot sets, LAMBADA, infilling.
+
+`evaluate(run_dir, suite="quick") -> polars.DataFrame` writes `run_dir/eval.parquet` (records
+schema in jobs/records.py). Metrics per family:
+  every family   nll_l2r and bpb_l2r (exact; an MDM predicts x_k from x_<k with x_>=k masked)
+  aogpt, σ-GPT   nll_anyorder (K permutations, estimator perm_mc) and nll_ensemble for
+                 M = 1, 2, 4, ... (estimator ctx_ensemble, n_targets scored slots per sequence)
+  mdm            nll_anyorder (the family's ELBO estimator: its loss when mdlm/kdce, else kdce)
+                 plus nll_elbo_mdlm and nll_elbo_kdce (both estimators, K draws each)
+  paper suite    + lambada_acc, infill_nll / infill_em (AR sees the prefix only: estimator
+                 prefix_only; the others prefix_suffix), generation (jobs.generate)
+All randomness derives from `--seed` (default EVAL_SEED) and the (dataset, metric) name, so a
+rerun writes the same rows. CLI: `python -m jobs.evaluate --run-dir DIR [--suite quick|paper]`.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import zlib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+import polars as pl
+import torch
+
+from jobs.records import record, run_context, to_frame, write_records
+from models import likelihood as lk
+
+EVAL_SEED = 20240917  # any fixed number; recorded in every row as eval_seed
+EVAL_BATCH = 8  # sequences per forward pass
+LN2 = math.log(2.0)
+
+
+@dataclass(frozen=True)
+class Suite:
+    """What a suite measures and how many samples it spends."""
+
+    val_chunks: int  # validation windows of the run's own corpus
+    k_mc: int  # MC draws per sequence (permutations, ELBO noise draws)
+    m_max: int  # ensemble sweep M = 1, 2, 4, ..., m_max
+    n_targets: int  # scored target slots per sequence for ensembling
+    ensemble_chunks: int  # sequences ensembling is run on
+    zero_shot: tuple[str, ...]  # eval sets (jobs.datasets) used when a data folder is set
+    zero_shot_chunks: int | None  # chunks per eval set (None = all)
+    lambada: bool = False
+    infill_span: int = 0  # middle-span length in tokens; 0 = no infilling benchmark
+    generate: bool = False
+
+
+SUITES: dict[str, Suite] = {
+    "quick": Suite(val_chunks=8, k_mc=4, m_max=4, n_targets=8, ensemble_chunks=4,
+                   zero_shot=("wikitext2",), zero_shot_chunks=4),
+    "paper": Suite(val_chunks=256, k_mc=16, m_max=8, n_targets=32, ensemble_chunks=32,
+                   zero_shot=("wikitext2", "ptb", "lm1b", "lambada"), zero_shot_chunks=None,
+                   lambada=True, infill_span=16, generate=True),
+}
+
+
+class InputError(ValueError):
+    """Bad input: the message is one line naming the field and the fix."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A suite with the caller's overrides, validated."""
+
+    suite: Suite
+    seed: int = EVAL_SEED
+    weights: str = "auto"
+    seq_len: int | None = None  # chunk length; defaults to the model's context
+    data_dir: str | None = None
+    require_zero_shot: bool = False  # the caller named the sets: a missing one is an error
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Evaluation sequences with the byte count behind them (for bits per byte)."""
+
+    name: str
+    split: str
+    chunks: torch.Tensor  # [N, L]
+    n_bytes: int
+    chunking: str
+
+
+# ---- settings ----------------------------------------------------------------------------------
+def _positive(name: str, value) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InputError(f"--{name.replace('_', '-')}: must be a positive integer, got {value!r}")
+
+
+def make_settings(suite: str = "quick", **overrides) -> Settings:
+    """Suite `suite` with overrides (k_mc, m_max, n_targets, val_chunks, zero_shot, ...)."""
+    if suite not in SUITES:
+        raise InputError(f"--suite: unknown suite {suite!r}; choose one of {list(SUITES)}")
+    outer = {k: overrides.pop(k) for k in ("seed", "weights", "seq_len", "data_dir") if k in overrides}
+    chosen = replace(SUITES[suite], **{k: v for k, v in overrides.items() if v is not None})
+    for name in ("val_chunks", "k_mc", "m_max", "n_targets", "ensemble_chunks"):
+        _positive(name, getattr(chosen, name))
+    from jobs.datasets import EVAL_SET_NAMES
+
+    for name in chosen.zero_shot:
+        if name not in EVAL_SET_NAMES:
+            raise InputError(f"--datasets: unknown dataset {name!r}; choose from {list(EVAL_SET_NAMES)}")
+    return Settings(chosen, require_zero_shot=overrides.get("zero_shot") is not None,
+                    **{k: v for k, v in outer.items() if v is not None})
+
+
+# ---- data --------------------------------------------------------------------------------------
+def _validation(spec, enc, seq_len: int, n: int) -> Dataset:
+    from jobs import data
+    from jobs.datasets import token_byte_lengths
+
+    tokens = data.token_array(spec.corpus, spec.tokenizer, "validation")
+    chunks = next(data.val_batches(tokens, n, seq_len, n_batches=1))
+    n_bytes = int(token_byte_lengths(enc)[chunks.numpy()].sum())
+    chunking = (f"first {len(chunks)} non-overlapping {seq_len}-token windows of the validation split "
+                f"(documents joined by <|endoftext|>)")
+    return Dataset(spec.corpus, "validation", chunks, n_bytes, chunking)
+
+
+def _data_dir(settings: Settings) -> str | None:
+    return settings.data_dir or os.environ.get("AOSCALE_DATA") or None
+
+
+def load_datasets(spec, settings: Settings, seq_len: int) -> list[Dataset]:
+    """The run's validation split, then each zero-shot set (when a data folder is known)."""
+    from jobs.data import get_encoding
+    from jobs.datasets import load_eval_set
+
+    enc = get_encoding(spec.tokenizer)
+    out = [_validation(spec, enc, seq_len, settings.suite.val_chunks)]
+    data_dir = _data_dir(settings)
+    if data_dir is None and not settings.require_zero_shot:
+        return out  # no data folder: the suite's default zero-shot sets are skipped
+    for name in settings.suite.zero_shot:
+        s = load_eval_set(name, enc, seq_len, data_dir=data_dir, max_chunks=settings.suite.zero_shot_chunks)
+        out.append(Dataset(s.name, s.split, s.chunks, s.n_bytes, s.chunking))
+    return out
+
+
+# ---- metrics -----------------------------------------------------------------------------------
+def generator(seed: int, *names: str) -> torch.Generator:
+    """A generator seeded from the eval seed and a name, independent of what else runs."""
+    return torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32("/".join(names).encode()))
+
+
+def _batches(chunks: torch.Tensor) -> list[torch.Tensor]:
+    return [chunks[i:i + EVAL_BATCH] for i in range(0, len(chunks), EVAL_BATCH)]
+
+
+def _row(ctx, ds: Dataset, metric: str, **fields) -> dict:
+    return record(ctx, dataset=ds.name, split=ds.split, metric=metric, chunking=ds.chunking, **fields)
+
+
+def l2r_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
+    """nll_l2r (nats/token) and bpb_l2r (bits/byte), exact."""
+    nll = torch.cat([lk.l2r_nll(model, b) for b in _batches(ds.chunks)]).double()
+    n = len(ds.chunks)
+    return [_row(ctx, ds, "nll_l2r", value=nll.mean(), unit="nats/token", n_samples=n, estimator="exact"),
+            _row(ctx, ds, "bpb_l2r", value=nll.sum() / LN2 / ds.n_bytes, unit="bits/byte", n_samples=n,
+                 estimator="exact")]
+
+
+def _mc_row(ctx, ds, metric, draws: torch.Tensor, estimator: str, **fields) -> dict:
+    est = lk.mc_estimate(draws)
+    return _row(ctx, ds, metric, value=est.value, se=est.se, unit="nats/token", n_samples=est.n_sequences,
+                estimator=estimator, **fields)
+
+
+def anyorder_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
+    """nll_anyorder over K uniform permutations per sequence."""
+    k, g = settings.suite.k_mc, generator(settings.seed, ds.name, "nll_anyorder")
+    draws = torch.cat([lk.anyorder_draws(model, b, k, g) for b in _batches(ds.chunks)])
+    return [_mc_row(ctx, ds, "nll_anyorder", draws, "perm_mc", k_mc=k)]
+
+
+def ensemble_sweep(m_max: int) -> list[int]:
+    """1, 2, 4, ... up to m_max (m_max itself included)."""
+    ms = [1 << i for i in range(m_max.bit_length()) if 1 << i <= m_max]
+    return ms if ms[-1] == m_max else ms + [m_max]
+
+
+def ensemble_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
+    """nll_ensemble for M in the sweep, sharing targets and orders across M."""
+    s = settings.suite
+    chunks = ds.chunks[:s.ensemble_chunks]
+    n_targets = min(s.n_targets, chunks.shape[1])
+    g = generator(settings.seed, ds.name, "nll_ensemble")
+    logp = torch.cat([lk.ensemble_logprobs(model, b, s.m_max, n_targets, g)[0] for b in _batches(chunks)])
+    return [_mc_row(ctx, ds, "nll_ensemble", lk.ensemble_losses(logp, m), "ctx_ensemble", m=m,
+                    n_targets=n_targets) for m in ensemble_sweep(s.m_max)]
+
+
+def _default_estimator(model) -> str:
+    loss = model.options["loss"]
+    return loss if loss in lk.ESTIMATORS else "kdce"
+
+
+def elbo_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
+    """nll_elbo_mdlm, nll_elbo_kdce, and nll_anyorder = the family's default estimator."""
+    k, rows = settings.suite.k_mc, []
+    for est in lk.ESTIMATORS:
+        g = generator(settings.seed, ds.name, f"nll_elbo_{est}")
+        draws = torch.cat([lk.mdm_elbo_draws(model, b, k, est, g) for b in _batches(ds.chunks)])
+        rows.append(_mc_row(ctx, ds, f"nll_elbo_{est}", draws, est, k_mc=k))
+        if est == _default_estimator(model):
+            rows.append(_mc_row(ctx, ds, "nll_anyorder", draws, est, k_mc=k))
+    return rows
+
+
+Metric = Callable[..., list[dict]]
+FAMILY_METRICS: dict[str, tuple[Metric, ...]] = {
+    "ar": (l2r_rows,),
+    "aogpt": (l2r_rows, anyorder_rows, ensemble_rows),
+    "sigma_gpt": (l2r_rows, anyorder_rows, ensemble_rows),
+    "mdm": (l2r_rows, elbo_rows),
+}
+
+
+# ---- LAMBADA and infilling ---------------------------------------------------------------------
+def _binomial_se(p: float, n: int) -> float:
+    return math.sqrt(max(p * (1 - p), 0.0) / n)
+
+
+def lambada_rows(model, spec, ctx: dict, settings: Settings) -> list[dict]:
+    """Last-word accuracy: every target token is the argmax given the (truncated) context.
+
+    Decoders use the identity order and MDMs mask the target, so all families see the left
+    context only here. Items are batched by (context, target) length."""
+    from jobs.data import get_encoding
+    from jobs.datasets import load_lambada
+
+    items = load_lambada(get_encoding(spec.tokenizer), data_dir=_data_dir(settings))
+    groups: dict[tuple[int, int], list[list[int]]] = {}
+    for context, target in items:
+        context = context[-(model.seq_len - len(target)):]
+        groups.setdefault((len(context), len(target)), []).append(context + target)
+    hits = 0
+    for (a, t), seqs in sorted(groups.items()):
+        for batch in _batches(torch.tensor(seqs)):
+            hits += int(lk.span_scores(model, batch, a, a + t)[1].all(1).sum())
+    acc = hits / len(items)
+    ds = Dataset("lambada", "test", torch.empty(0), 0, "OpenAI LAMBADA test; context truncated to the "
+                 "model context; target = last word with its leading space")
+    return [_row(ctx, ds, "lambada_acc", value=acc, se=_binomial_se(acc, len(items)), unit="fraction",
+                 n_samples=len(items), estimator="greedy_left_context")]
+
+
+INFILL_CONTEXT = {"ar": "prefix_only"}  # everyone else conditions on prefix and suffix
+
+
+def infill_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
+    """NLL per span token and exact match of a middle span given prefix (and suffix)."""
+    L = ds.chunks.shape[1]
+    span = min(settings.suite.infill_span, L - 2)
+    a = (L - span) // 2
+    nll, em = [], []
+    for batch in _batches(ds.chunks):
+        n, hits = lk.span_scores(model, batch, a, a + span)
+        nll.append(n.double().mean(1))
+        em.append(hits.all(1).double())
+    nll, em = torch.cat(nll), torch.cat(em)
+    context = INFILL_CONTEXT.get(model.family, "prefix_suffix")
+    chunking = f"{ds.chunking}; span = tokens [{a}, {a + span}) of each chunk"
+    base = dict(dataset=ds.name, split=ds.split, n_samples=len(nll), estimator=context, chunking=chunking)
+    return [record(ctx, metric="infill_nll", value=nll.mean(), unit="nats/token", **base),
+            record(ctx, metric="infill_em", value=em.mean(), se=_binomial_se(float(em.mean()), len(em)),
+                   unit="fraction", **base)]
+
+
+# ---- the job -----------------------------------------------------------------------------------
+def load_run(run_dir: str | Path, weights: str):
+    """(model, spec, info) of the run's newest valid checkpoint; InputError when there is none."""
+    from jobs.checkpoint import load_model
+
+    run_dir = Path(run_dir)
+    if not (run_dir / "spec.json").is_file():
+        raise InputError(f"--run-dir: {run_dir} has no spec.json; pass a run directory")
+    try:
+        return load_model(run_dir, weights=weights)
+    except FileNotFoundError as error:
+        raise InputError(f"--run-dir: {error}") from None
+    except ValueError as error:
+        raise InputError(str(error)) from None
+
+
+def _seq_len(model, settings: Settings) -> int:
+    L = settings.seq_len or model.seq_len
+    if L > model.seq_len or L < 2:
+        raise InputError(f"--seq-len: {L} must be in [2, {model.seq_len}] (the model's context)")
+    return L
+
+
+def evaluate(run_dir: str | Path, suite: str = "quick", **overrides) -> pl.DataFrame:
+    """Evaluate the run's checkpoint with a suite; writes and returns run_dir/eval.parquet's rows.
+
+    Overrides: k_mc, m_max, n_targets, val_chunks, ensemble_chunks, zero_shot (names),
+    zero_shot_chunks, seed, weights (auto|ema|raw), seq_len, data_dir.
+    """
+    settings = make_settings(suite, **overrides)
+    model, spec, info = load_run(run_dir, settings.weights)
+    L = _seq_len(model, settings)
+    try:
+        datasets = load_datasets(spec, settings, L)
+    except ValueError as error:
+        raise InputError(str(error)) from None
+    ctx = {**run_context(spec, model.count_params(), model.flops_per_token(), info.step, info.weights),
+           "eval_seed": settings.seed}
+    rows = compute_rows(model, spec, datasets, ctx, settings, Path(run_dir))
+    return write_records(run_dir, to_frame(rows))
+
+
+def compute_rows(model, spec, datasets: list[Dataset], ctx: dict, settings: Settings,
+                 run_dir: Path) -> list[dict]:
+    """Every metric of the suite, as record rows."""
+    rows = []
+    with torch.no_grad():
+        for ds in datasets:
+            for metric in FAMILY_METRICS[model.family]:
+                rows += metric(model, ds, ctx, settings)
+        if settings.suite.infill_span:
+            rows += infill_rows(model, datasets[-1 if len(datasets) == 1 else 1], ctx, settings)
+        if settings.suite.lambada and _data_dir(settings):
+            rows += lambada_rows(model, spec, ctx, settings)
+    if settings.suite.generate:
+        from jobs.generate import generation_rows
+
+        rows += generation_rows(model, spec, ctx, run_dir, seed=settings.seed)[0]
+    return rows
+
+
+# ---- CLI ---------------------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        print(f"error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m jobs.evaluate", description="Evaluate one run's checkpoint.")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--suite", default="quick", help="quick | paper")
+    p.add_argument("--k-mc", type=int, help="MC draws per sequence (permutations / ELBO samples)")
+    p.add_argument("--m-max", type=int, help="largest ensemble size M (sweep 1, 2, 4, ..., M)")
+    p.add_argument("--n-targets", type=int, help="target slots scored per sequence when ensembling")
+    p.add_argument("--val-chunks", type=int, help="validation windows of the run's corpus")
+    p.add_argument("--datasets", help="comma-separated zero-shot sets (wikitext2,ptb,lm1b,lambada,shakespeare)")
+    p.add_argument("--max-chunks", type=int, help="chunks per zero-shot set")
+    p.add_argument("--seq-len", type=int, help="chunk length (at most the model's context)")
+    p.add_argument("--weights", default="auto", help="auto | ema | raw")
+    p.add_argument("--data-dir", help="folder laid out like the offline data kit (default $AOSCALE_DATA)")
+    p.add_argument("--seed", type=int, default=EVAL_SEED)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: exit 0 on success, 2 on bad input (one line on stderr, nothing written)."""
+    args = build_parser().parse_args(argv)
+    overrides = dict(k_mc=args.k_mc, m_max=args.m_max, n_targets=args.n_targets, val_chunks=args.val_chunks,
+                     zero_shot_chunks=args.max_chunks, seq_len=args.seq_len, weights=args.weights,
+                     data_dir=args.data_dir, seed=args.seed)
+    if args.datasets is not None:
+        overrides["zero_shot"] = tuple(n.strip() for n in args.datasets.split(",") if n.strip())
+    try:
+        if args.max_chunks is not None:
+            _positive("max_chunks", args.max_chunks)
+        frame = evaluate(args.run_dir, args.suite, **overrides)
+    except InputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {len(frame)} records to {Path(args.run_dir) / 'eval.parquet'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,264 @@
+"""Generate samples from a run and measure them: generative perplexity, time, joint-vs-marginal.
+
+`python -m jobs.generate --run-dir DIR [--n-samples N] [--steps 64,128] ...` writes
+`run_dir/samples.parquet` (one row per sample) and merges these records into eval.parquet:
+  gen_ppl       per-sample exp(mean NLL) under an evaluator AR (the study's largest AR run with
+                the same tokenizer, or --evaluator-run); value = mean, se = std / sqrt(n)
+                (std = se * sqrt(n_samples)); `evaluator` = its run id
+  gen_time_s    wall seconds to generate the n samples (batched), per step count
+  gen_self_nll  decoders only: samples decoded k tokens per step (linear schedule) scored by the
+                same model along their decode order, per k (`tokens_per_step`): the cost of the
+                factorised parallel step, measured against k = 1 (exact ancestral sampling)
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+import torch
+
+from jobs.records import record, run_context, to_frame, write_records
+from jobs.runfiles import atomic_write_bytes
+from models import get_shape
+from models import likelihood as lk
+from models import sampling as sm
+
+SAMPLES_FILE = "samples.parquet"
+GEN_SEED = 20240918  # default sampling seed, recorded as eval_seed
+
+
+@dataclass(frozen=True)
+class GenSettings:
+    """How to sample: counts, step settings, schedule/sampler and nucleus settings."""
+
+    n_samples: int = 16
+    length: int | None = None  # default: the model's context
+    steps: tuple[int, ...] = (64,)
+    schedule: str = "linear"  # decoders
+    sampler: str | None = None  # MDM; default ancestral (sedd models: analytic)
+    sampling: sm.Sampling = field(default_factory=sm.Sampling)
+    tokens_per_step: tuple[int, ...] = (1, 2, 4, 8)  # joint-vs-marginal sweep (decoders)
+    seed: int = GEN_SEED
+
+
+def _ar(model, gs: GenSettings, length: int, steps: int, g) -> sm.Generation:
+    return sm.generate_ar(model, gs.n_samples, length, gs.sampling, g)
+
+
+def _decoder(model, gs: GenSettings, length: int, steps: int, g) -> sm.Generation:
+    return sm.generate_aogpt(model, gs.n_samples, length, min(steps, length), gs.schedule, gs.sampling, g)
+
+
+def _mdm(model, gs: GenSettings, length: int, steps: int, g) -> sm.Generation:
+    sampler = gs.sampler or ("analytic" if model.options["loss"] == "sedd" else "ancestral")
+    return sm.generate_mdm(model, gs.n_samples, length, steps, sampler, gs.sampling, g)
+
+
+SAMPLERS = {"ar": _ar, "aogpt": _decoder, "sigma_gpt": _decoder, "mdm": _mdm}
+
+
+def _method(model, gs: GenSettings) -> str:
+    if model.family == "mdm":
+        return gs.sampler or ("analytic" if model.options["loss"] == "sedd" else "ancestral")
+    return "ar_kv" if model.family == "ar" else f"aogpt_kv_{gs.schedule}"
+
+
+# ---- evaluator ---------------------------------------------------------------------------------
+def _shape_params(size: str) -> int:
+    shape = get_shape(size)
+    return 12 * shape.n_layer * shape.d_model ** 2  # Kaplan's non-embedding N ≈ 12 L d²
+
+
+def find_evaluator(run_dir: Path, spec, length: int) -> Path | None:
+    """The largest AR run beside this one (same tokenizer, context >= length, a checkpoint)."""
+    from jobs.checkpoint import latest_valid
+    from jobs.spec import RunSpec
+
+    best = None
+    for path in sorted(run_dir.parent.glob("*/spec.json")):
+        try:
+            other = RunSpec.load(path)
+        except (ValueError, OSError):
+            continue
+        fits = other.family == "ar" and other.tokenizer == spec.tokenizer and other.seq_len >= length
+        if fits and latest_valid(path.parent) is not None:
+            key = (_shape_params(other.size), other.steps, other.run_id)
+            best = max(best, (key, path.parent)) if best else (key, path.parent)
+    return None if best is None else best[1]
+
+
+def load_evaluator(run_dir: Path, spec, length: int, evaluator_run: str | Path | None):
+    """(model, run id) of the evaluator, or (None, None) when the study has no AR run."""
+    from jobs.evaluate import load_run
+
+    path = Path(evaluator_run) if evaluator_run else find_evaluator(run_dir, spec, length)
+    if path is None:
+        return None, None
+    model, other, _ = load_run(path, "auto")
+    if other.tokenizer != spec.tokenizer or model.seq_len < length:
+        raise ValueError(f"--evaluator-run: {path} must use tokenizer {spec.tokenizer!r} and a "
+                         f"context of at least {length}")
+    return model, other.run_id
+
+
+# ---- measurement -------------------------------------------------------------------------------
+def _gen_record(ctx, metric, value, unit, n, **extra) -> dict:
+    return record(ctx, dataset="generated", split="samples", metric=metric, value=value, unit=unit,
+                  n_samples=n, **extra)
+
+
+def _mean_se(values: torch.Tensor) -> tuple[float, float | None]:
+    values = values.double()
+    se = float(values.std() / math.sqrt(len(values))) if len(values) > 1 else None
+    return float(values.mean()), se
+
+
+def self_nll_rows(model, ctx, gs: GenSettings, length: int) -> list[dict]:
+    """gen_self_nll per tokens-per-step k (decoders): joint NLL of k-parallel samples."""
+    rows = []
+    for k in gs.tokens_per_step:
+        g = torch.Generator().manual_seed(gs.seed + k)
+        out = sm.generate_aogpt(model, gs.n_samples, length, math.ceil(length / k), "linear", gs.sampling, g)
+        with torch.no_grad():
+            value, se = _mean_se(model.nll(out.tokens, out.order).mean(1))
+        rows.append(_gen_record(ctx, "gen_self_nll", value, "nats/token", gs.n_samples, se=se,
+                                estimator="decode_order", tokens_per_step=k, steps=len(out.counts)))
+    return rows
+
+
+def generation_rows(model, spec, ctx: dict, run_dir: Path, seed: int = GEN_SEED,
+                    gs: GenSettings | None = None, evaluator_run=None) -> tuple[list[dict], list[dict]]:
+    """(record rows, sample rows) for every step count of `gs`."""
+    gs = gs or GenSettings(seed=seed)
+    length = gs.length or model.seq_len
+    evaluator, evaluator_id = load_evaluator(Path(run_dir), spec, length, evaluator_run)
+    steps_list = (length,) if model.family == "ar" else gs.steps
+    rows, samples = [], []
+    for steps in steps_list:
+        g = torch.Generator().manual_seed(gs.seed * 1_000_003 + steps)
+        start = time.perf_counter()
+        out = SAMPLERS[model.family](model, gs, length, steps, g)
+        elapsed = time.perf_counter() - start
+        extra = dict(steps=steps, estimator=_method(model, gs))
+        rows.append(_gen_record(ctx, "gen_time_s", elapsed, "s", gs.n_samples, **extra))
+        if evaluator is not None:
+            value, se = _mean_se(lk.sample_ppl(evaluator, out.tokens))
+            rows.append(_gen_record(ctx, "gen_ppl", value, "ppl", gs.n_samples, se=se, evaluator=evaluator_id,
+                                    **extra))
+        samples += _sample_rows(spec, out.tokens, extra)
+    if model.family in ("aogpt", "sigma_gpt"):
+        rows += self_nll_rows(model, ctx, gs, length)
+    return rows, samples
+
+
+def _sample_rows(spec, tokens: torch.Tensor, extra: dict) -> list[dict]:
+    from jobs.data import get_encoding
+
+    enc = get_encoding(spec.tokenizer)
+    return [{"run_id": spec.run_id, "method": extra["estimator"], "steps": extra["steps"], "sample": i,
+             "tokens": row, "text": enc.decode(row, errors="replace")}
+            for i, row in enumerate(tokens.tolist())]
+
+
+def write_samples(run_dir: Path, samples: list[dict]) -> None:
+    """samples.parquet, atomically."""
+    buffer = io.BytesIO()
+    pl.DataFrame(samples, schema={"run_id": pl.String, "method": pl.String, "steps": pl.Int64,
+                                  "sample": pl.Int64, "tokens": pl.List(pl.Int64), "text": pl.String}
+                 ).write_parquet(buffer)
+    atomic_write_bytes(run_dir / SAMPLES_FILE, buffer.getvalue())
+
+
+def generate(run_dir: str | Path, gs: GenSettings = GenSettings(), weights: str = "auto",
+             evaluator_run: str | Path | None = None) -> pl.DataFrame:
+    """Sample from the run, write samples.parquet, merge records into eval.parquet."""
+    from jobs.evaluate import InputError, load_run
+
+    run_dir = Path(run_dir)
+    model, spec, info = load_run(run_dir, weights)
+    length = gs.length or model.seq_len
+    if length > model.seq_len:
+        raise InputError(f"--length: {length} exceeds the model's context {model.seq_len}")
+    ctx = {**run_context(spec, model.count_params(), model.flops_per_token(), info.step, info.weights),
+           "eval_seed": gs.seed}
+    try:
+        rows, samples = generation_rows(model, spec, ctx, run_dir, gs=gs, evaluator_run=evaluator_run)
+    except ValueError as error:
+        raise InputError(str(error)) from None
+    write_samples(run_dir, samples)
+    return write_records(run_dir, to_frame(rows))
+
+
+# ---- CLI ---------------------------------------------------------------------------------------
+def _ints(text: str, name: str) -> tuple[int, ...]:
+    from jobs.evaluate import InputError
+
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise InputError(f"--{name}: expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise InputError(f"--{name}: every value must be a positive integer, got {text!r}")
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from jobs.evaluate import _Parser
+
+    p = _Parser(prog="python -m jobs.generate", description="Sample from a run and score the samples.")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--n-samples", type=int, default=16)
+    p.add_argument("--length", type=int, help="tokens per sample (default: the model's context)")
+    p.add_argument("--steps", default="64", help="comma-separated step counts T (decoders, MDMs)")
+    p.add_argument("--schedule", default="linear", help="decoders: linear | cosine | bernoulli")
+    p.add_argument("--sampler", help="MDM: ancestral | analytic | euler")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--tokens-per-step", default="1,2,4,8", help="decoders: joint-vs-marginal sweep")
+    p.add_argument("--evaluator-run", help="AR run directory that scores samples (default: largest AR)")
+    p.add_argument("--weights", default="auto")
+    p.add_argument("--seed", type=int, default=GEN_SEED)
+    return p
+
+
+def settings_from_args(args) -> GenSettings:
+    """Validated GenSettings from parsed CLI arguments (InputError naming the field)."""
+    from jobs.evaluate import InputError
+
+    if args.n_samples < 1:
+        raise InputError(f"--n-samples: must be a positive integer, got {args.n_samples}")
+    if args.length is not None and args.length < 1:
+        raise InputError(f"--length: must be a positive integer, got {args.length}")
+    if args.schedule not in sm.SCHEDULES:
+        raise InputError(f"--schedule: {args.schedule!r} is not one of {list(sm.SCHEDULES)}")
+    if args.sampler is not None and args.sampler not in sm.MDM_SAMPLERS:
+        raise InputError(f"--sampler: {args.sampler!r} is not one of {list(sm.MDM_SAMPLERS)}")
+    if not (args.temperature >= 0 and 0 < args.top_p <= 1):
+        raise InputError("--temperature/--top-p: need temperature >= 0 and 0 < top_p <= 1")
+    return GenSettings(args.n_samples, args.length, _ints(args.steps, "steps"), args.schedule, args.sampler,
+                       sm.Sampling(args.temperature, args.top_p), _ints(args.tokens_per_step, "tokens-per-step"),
+                       args.seed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: exit 0 on success, 2 on bad input (one line on stderr, nothing written)."""
+    from jobs.evaluate import InputError
+
+    args = build_parser().parse_args(argv)
+    try:
+        frame = generate(args.run_dir, settings_from_args(args), args.weights, args.evaluator_run)
+    except InputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {SAMPLES_FILE} and {len(frame)} records to {args.run_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""jobs.evaluate / jobs.generate on tiny trained runs: records, idempotence, bad input."""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+import torch
+
+from jobs import evaluate as ev
+from jobs import generate as gen
+from jobs.records import CONTRACT_SCHEMA
+from jobs.spec import RunSpec
+from jobs.train import train
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def shared_cache(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AOSCALE_CACHE", str(tmp_path_factory.mktemp("cache")))
+        mp.delenv("AOSCALE_DATA", raising=False)
+        torch.set_num_threads(1)
+        yield
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, shared_cache):
+    """Three tiny trained runs side by side in one study's runs/ folder."""
+    root = tmp_path_factory.mktemp("study") / "runs"
+    out = {}
+    for family in ("ar", "aogpt", "mdm"):
+        spec = RunSpec(family=family, size="0.1M", steps=6, lr=3e-3, warmup_steps=1, seq_len=32,
+                       batch_size=8, eval_batches=1, log_every=1, study="t", variant=family)
+        run_dir = root / spec.run_id
+        assert train(run_dir, spec) == "done"
+        out[family] = run_dir
+    return out
+
+
+def test_quick_suite_rows_per_family(runs):
+    expected = {"ar": {"nll_l2r", "bpb_l2r"},
+                "aogpt": {"nll_l2r", "bpb_l2r", "nll_anyorder", "nll_ensemble"},
+                "mdm": {"nll_l2r", "bpb_l2r", "nll_anyorder", "nll_elbo_mdlm", "nll_elbo_kdce"}}
+    for family, run_dir in runs.items():
+        frame = ev.evaluate(run_dir, "quick")
+        assert set(frame["metric"]) == expected[family]
+        assert (run_dir / "eval.parquet").exists()
+        assert list(frame.columns)[:len(CONTRACT_SCHEMA)] == list(CONTRACT_SCHEMA)
+        assert frame["value"].is_finite().all() and frame["step"].to_list() == [6] * len(frame)
+        nll = frame.filter(pl.col("metric") == "nll_l2r")["value"][0]
+        assert 0 < nll < math.log(257) + 0.5
+    ens = pl.read_parquet(runs["aogpt"] / "eval.parquet").filter(pl.col("metric") == "nll_ensemble")
+    assert sorted(ens["m"].to_list()) == [1, 2, 4] and set(ens["n_targets"]) == {8}
+    anyorder = pl.read_parquet(runs["aogpt"] / "eval.parquet").filter(pl.col("metric") == "nll_anyorder")
+    assert anyorder["k_mc"][0] == 4 and anyorder["se"][0] > 0
+
+
+def test_evaluation_is_idempotent(runs):
+    first = ev.evaluate(runs["aogpt"], "quick")
+    second = ev.evaluate(runs["aogpt"], "quick")
+    assert first.equals(second)
+    assert pl.read_parquet(runs["aogpt"] / "eval.parquet").equals(second)
+
+
+def test_zero_shot_infill_and_lambada_from_the_data_kit(runs, data_kit):
+    frame = ev.evaluate(runs["mdm"], "quick", zero_shot=("wikitext2", "ptb"), zero_shot_chunks=2,
+                        data_dir=str(data_kit), val_chunks=2)
+    assert {"wikitext2", "ptb"} <= set(frame["dataset"])
+    assert frame.filter(pl.col("dataset") == "ptb")["split"][0] == "test"
+    settings = ev.make_settings("quick", val_chunks=2, zero_shot=("wikitext2",), zero_shot_chunks=3,
+                                data_dir=str(data_kit), infill_span=4)
+    from jobs.checkpoint import load_model
+
+    for family in ("ar", "aogpt"):
+        model, spec, info = load_model(runs[family])
+        datasets = ev.load_datasets(spec, settings, model.seq_len)
+        rows = ev.infill_rows(model, datasets[1], {"study": "t"}, settings)
+        assert rows[0]["estimator"] == ("prefix_only" if family == "ar" else "prefix_suffix")
+        assert rows[0]["value"] > 0 and 0 <= rows[1]["value"] <= 1
+
+
+def test_generation_records_and_samples(runs):
+    gs = gen.GenSettings(n_samples=3, length=16, steps=(4, 16), tokens_per_step=(1, 4))
+    frame = gen.generate(runs["aogpt"], gs)
+    rows = frame.filter(pl.col("metric").str.starts_with("gen_"))
+    ppl = rows.filter(pl.col("metric") == "gen_ppl")
+    assert len(ppl) == 2 and set(ppl["evaluator"]) == {runs["ar"].name}
+    assert sorted(rows.filter(pl.col("metric") == "gen_self_nll")["tokens_per_step"].to_list()) == [1, 4]
+    samples = pl.read_parquet(runs["aogpt"] / "samples.parquet")
+    assert len(samples) == 6 and samples["tokens"].list.len().to_list() == [16] * 6
+    assert "nll_l2r" in set(frame["metric"])  # evaluation rows survive the merge
+    mdm = gen.generate(runs["mdm"], gen.GenSettings(n_samples=2, length=16, steps=(8,)))
+    assert set(mdm.filter(pl.col("metric") == "gen_ppl")["estimator"]) == {"ancestral"}
+
+
+@pytest.mark.parametrize("args,field", [
+    (["--k-mc", "0"], "--k-mc"), (["--m-max", "-1"], "--m-max"), (["--datasets", "nope"], "--datasets"),
+    (["--seq-len", "64"], "--seq-len"), (["--suite", "huge"], "--suite"),
+])
+def test_bad_evaluate_input_exits_2_and_writes_nothing(runs, tmp_path, capsys, args, field):
+    run_dir = runs["ar"]
+    before = (run_dir / "eval.parquet").read_bytes() if (run_dir / "eval.parquet").exists() else None
+    assert ev.main(["--run-dir", str(run_dir), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and field in err
+    after = (run_dir / "eval.parquet").read_bytes() if (run_dir / "eval.parquet").exists() else None
+    assert before == after
+
+
+def test_missing_checkpoint_exits_2_in_a_real_process(tmp_path):
+    spec = RunSpec(family="ar", size="0.1M", steps=2, lr=1e-3, warmup_steps=0)
+    (tmp_path / "spec.json").write_text(spec.to_json())
+    proc = subprocess.run([sys.executable, "-m", "jobs.evaluate", "--run-dir", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 2 and "--run-dir" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "eval.parquet").exists()
+    assert gen.main(["--run-dir", str(tmp_path / "absent")]) == 2
