@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jobs.executors import EXECUTORS, get_executor
+from jobs.executors import EXECUTORS, get_executor, one_line
 from jobs.executors.local import visible_gpus
 
 from . import ledger
@@ -67,6 +67,7 @@ def parser() -> argparse.ArgumentParser:
     add("--dry-run", action="store_true", help="print the plan and write nothing")
     add("--force", action="store_true", help="run a plan that is too big for this machine anyway")
     add("--no-progress", action="store_true", help="no progress bars")
+    add("--no-report", action="store_true", help="train and evaluate only; skip the fits and the report")
     return p
 
 
@@ -112,10 +113,17 @@ def launch(args: argparse.Namespace, study: StudySpec, study_dir: Path) -> int:
     for run_id, state in final.items():
         if state != "done":
             print(f"  {run_id} {state}: {ledger.view(study_dir, run_id).reason}")
-    if counts.get("done"):
+    all_done = counts.get("done", 0) == len(final)
+    if args.no_report or not counts.get("done"):
+        return 0 if all_done else 1
+    try:
         report_dir = write_report(study_dir, args.bootstrap)
-        print(f"report: {report_dir / 'report.md'} (and report.html)")
-    return 0 if counts.get("done", 0) == len(final) else 1
+    except Exception as error:  # the runs are kept; the report can be rebuilt with analysis.fit_curves
+        print(f"launch: report: not written ({one_line(error)}); rerun python -m analysis.fit_curves "
+              f"{study_dir}", file=sys.stderr)
+        return 1
+    print(f"report: {report_dir / 'report.md'} (and report.html)")
+    return 0 if all_done else 1
 
 
 def write_report(study_dir: Path, bootstrap: int) -> Path:

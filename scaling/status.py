@@ -1,0 +1,102 @@
+"""`python -m scaling.status <study>`: runs by state with progress, loss and ETA.
+
+Exit status: 0 when every run is done, 1 otherwise, 2 when the path holds no study.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from jobs.runfiles import METRICS_FILE
+
+from . import ledger
+from .study import StudyError
+
+TAIL_BYTES = 65_536  # enough for the last few dozen metric rows
+COLUMNS = ("run_id", "family", "variant", "size", "seed", "state", "progress", "loss", "eta", "tries")
+
+
+def last_train_row(run_dir: Path) -> dict[str, Any] | None:
+    """The newest `kind="train"` row of metrics.ndjson, reading only the file's tail."""
+    path = run_dir / METRICS_FILE
+    if not path.exists():
+        return None
+    with open(path, "rb") as handle:
+        handle.seek(max(0, path.stat().st_size - TAIL_BYTES))
+        lines = handle.read().decode("utf-8", errors="replace").splitlines()
+    for line in reversed(lines):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if row.get("kind") == "train":
+            return row
+    return None
+
+
+def eta_s(run: ledger.RunView, step_tokens: int, row: dict[str, Any] | None) -> float | None:
+    """Seconds left at the last logged throughput (None when unknown or finished)."""
+    if row is None or run.state in ("done", "failed") or not row.get("tokens_per_s"):
+        return None
+    return max(0, run.steps - run.step) * step_tokens / float(row["tokens_per_s"])
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    minutes, sec = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{sec:02d}s"
+
+
+def row_for(study_dir: Path, run_id: str, info: dict[str, Any]) -> tuple[str, ...]:
+    """One table row."""
+    run = ledger.view(study_dir, run_id)
+    directory = ledger.run_dir(study_dir, run_id)
+    spec = ledger.load_spec(study_dir, run_id)
+    steps = run.steps or spec.steps
+    metrics = last_train_row(directory)
+    loss = f"{float(metrics['loss']):.4f}" if metrics and isinstance(metrics.get("loss"), (int, float)) else "-"
+    progress = f"{run.step}/{steps} ({100 * run.step / steps:.0f}%)" if steps else "-"
+    eta = _duration(eta_s(run, spec.batch_size * spec.seq_len, metrics))
+    return (run_id, info["family"], info["variant"], info["size"], str(info["seed"]), run.state,
+            progress, loss, eta, str(run.attempts))
+
+
+def table(study_dir: Path) -> tuple[list[tuple[str, ...]], Counter]:
+    """Rows in launch order and the count of runs per state."""
+    doc = ledger.read_study(study_dir)
+    if doc is None:
+        raise StudyError(f"study: {study_dir} holds no study.json; pass a study directory made by scaling.launch")
+    rows = [row_for(study_dir, run_id, doc["runs"][run_id]) for run_id in doc["order"]]
+    return rows, Counter(row[5] for row in rows)
+
+
+def render(rows: list[tuple[str, ...]]) -> str:
+    """Fixed-width text table with a header."""
+    lines = [COLUMNS, *rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(COLUMNS))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point."""
+    parser = argparse.ArgumentParser(prog="python -m scaling.status", description=__doc__.splitlines()[0])
+    parser.add_argument("study", help="study directory")
+    args = parser.parse_args(argv)
+    try:
+        rows, counts = table(Path(args.study))
+    except StudyError as error:
+        print(f"status: {error}", file=sys.stderr)
+        return 2
+    print(render(rows))
+    print(f"{len(rows)} runs: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
+    return 0 if counts.get("done", 0) == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""The launcher against the real pipeline: idempotent relaunch, SIGKILL recovery, two concurrent
+launchers, retries, locks across processes, and the quickstart end to end with its report."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from jobs.executors import BUSY, RunLock, lock_held, run_exclusive
+from scaling import ledger, status
+
+REPO = Path(__file__).resolve().parents[2]
+HAVE_PIPELINE = bool(os.environ.get("AOSCALE_PIPELINE")) or importlib.util.find_spec("jobs.pipeline") is not None
+needs_pipeline = pytest.mark.skipif(not HAVE_PIPELINE, reason="jobs.pipeline not present yet")
+SMALL = ["--sizes", "0.1M", "--families", "ar,mdm", "--seeds", "2", "--seq-len", "32", "--no-progress", "--no-report"]
+TIMEOUT_S = 600
+
+
+@pytest.fixture(autouse=True)
+def _env(cache_dir, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+
+
+def launcher(study_dir: Path, *extra: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "scaling.launch", "--study-dir", str(study_dir), *extra]
+    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def starts(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.ndjson"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return [row for row in rows if row.get("kind") == "start"]
+
+
+def views(study_dir: Path) -> dict[str, ledger.RunView]:
+    return {run_id: ledger.view(study_dir, run_id) for run_id in ledger.study_run_ids(study_dir)}
+
+
+def wait_for(predicate, timeout_s: float = TIMEOUT_S) -> None:
+    deadline = time.time() + timeout_s
+    while not predicate():
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+@needs_pipeline
+def test_relaunch_after_sigkill_finishes_with_no_run_trained_twice(tmp_path):
+    study = tmp_path / "study"
+    first = launcher(study, *SMALL, "--max-steps", "40", "--max-parallel", "1")
+    wait_for(lambda: (study / "study.json").exists()
+             and sum(v.state == "done" for v in views(study).values()) >= 1
+             and any(v.state == "running" and v.step >= 1 for v in views(study).values()))
+    done_before = {r for r, v in views(study).items() if v.state == "done"}
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    # the worker dies with its launcher and releases the run's lock
+    wait_for(lambda: not any(lock_held(ledger.run_dir(study, r)) for r in views(study)), 60)
+    second = launcher(study, *SMALL, "--max-steps", "40", "--max-parallel", "1")
+    out, _ = second.communicate(timeout=TIMEOUT_S)
+    assert second.returncode == 0, out
+    final = views(study)
+    assert {v.state for v in final.values()} == {"done"}
+    for run_id in done_before:
+        assert final[run_id].attempts == 1 and len(starts(ledger.run_dir(study, run_id))) == 1
+    assert sum(v.attempts for v in final.values()) <= len(final) + 1  # one interrupted run resumed
+    assert status.main([str(study)]) == 0
+
+
+@needs_pipeline
+def test_two_concurrent_launches_train_every_run_exactly_once(tmp_path):
+    study = tmp_path / "study"
+    a = launcher(study, *SMALL, "--max-steps", "6", "--max-parallel", "1")
+    b = launcher(study, *SMALL, "--max-steps", "6", "--max-parallel", "1")
+    for proc in (a, b):
+        out, _ = proc.communicate(timeout=TIMEOUT_S)
+        assert proc.returncode == 0, out
+    final = views(study)
+    assert len(final) == 4 and {v.state for v in final.values()} == {"done"}
+    for run_id, view in final.items():
+        assert view.attempts == 1 and len(starts(ledger.run_dir(study, run_id))) == 1, run_id
+
+
+@needs_pipeline
+def test_failed_runs_are_retried_then_left_failed_with_their_reason(tmp_path, capsys):
+    from scaling import launch
+    study = tmp_path / "study"
+    argv = ["--study-dir", str(study), "--sizes", "0.1M", "--families", "ar", "--seeds", "1",
+            "--corpus", str(tmp_path / "missing.txt"), "--max-steps", "2", "--no-progress", "--no-report"]
+    assert launch.main(argv) == 1
+    (view,) = views(study).values()
+    assert (view.state, view.attempts, view.failures) == ("failed", 2, 2)
+    assert "missing.txt" in view.reason
+    assert launch.main(argv) == 1  # relaunch: retries are used up, nothing runs again
+    (again,) = views(study).values()
+    assert (again.attempts, again.failures) == (2, 2)
+    assert "missing.txt" in capsys.readouterr().out
+
+
+def test_run_lock_holds_across_processes_and_dies_with_its_holder(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from jobs.executors import RunLock; "
+        f"assert RunLock({str(run_dir)!r}).acquire(); print('held', flush=True); time.sleep(600)")],
+        cwd=REPO, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    assert lock_held(run_dir) and not RunLock(run_dir).acquire()
+    assert run_exclusive(run_dir, pipeline="json:dumps") == BUSY  # never reaches the pipeline
+    assert not (run_dir / "status.json").exists()
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    assert not lock_held(run_dir)
+    lock = RunLock(run_dir)
+    assert lock.acquire()
+    assert lock_held(run_dir)  # another descriptor in the same process sees it too
+    lock.release()
+
+
+@needs_pipeline
+def test_quickstart_end_to_end_writes_the_report(tmp_path):
+    study = tmp_path / "quickstart"
+    proc = launcher(study, "--preset", "quickstart", "--max-steps", "2", "--max-parallel", "2",
+                    "--no-progress", "--bootstrap", "20")
+    out, _ = proc.communicate(timeout=TIMEOUT_S)
+    assert proc.returncode == 0, out
+    assert f"report: {study / 'report' / 'report.md'}" in out
+    assert (study / "report" / "report.md").exists() and (study / "report" / "report.html").exists()
+    final = views(study)
+    assert len(final) == 24 and {v.state for v in final.values()} == {"done"}
+    assert all((ledger.run_dir(study, r) / "eval.parquet").exists() for r in final)
+    # relaunching is a no-op: nothing is trained again
+    again = launcher(study, "--preset", "quickstart", "--max-steps", "2", "--no-progress", "--no-report")
+    assert again.wait(TIMEOUT_S) == 0
+    assert {v.attempts for v in views(study).values()} == {1}
