@@ -145,3 +145,20 @@ def test_bad_input_exits_2_one_line_nothing_written(tmp_path, case):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and expect in lines[0], proc.stderr
     assert not out.exists() and not (tmp_path / "report").exists()
+
+
+def test_option_and_factorial_tables_from_spec_and_factor_columns(tmp_path):
+    frames = []
+    for order, adaln in (("uniform", True), ("mix:0.1", True), ("uniform", False), ("mix:0.1", False)):
+        f = synth.records(families=("aogpt",), sizes={"1M": 1e6}, ms=(), variant=f"{order}+{adaln}", rng_seed=len(frames))
+        frames.append(f.with_columns(pl.lit(order == "mix:0.1").alias("factor_mix"), pl.lit(adaln).alias("factor_adaln")))
+    frame = pl.concat(frames)
+    options = {r["run_id"]: {"order": r["variant"].split("+")[0]} for r in frame.iter_rows(named=True)}
+    study = synth.write_study(tmp_path / "study", frame, options=options)
+    out = fit_curves.run([study], tmp_path / "rep", bootstrap=20)
+    order = pl.read_parquet(out / "tables" / "option_order.parquet")
+    assert set(order["order"]) == {"uniform", "mix:0.1"} and set(order["metric"]) == {"nll_anyorder", "nll_l2r"}
+    fact = pl.read_parquet(out / "tables" / "factorial.parquet")
+    assert set(fact["effect"]) == {"adaln", "mix", "adaln:mix"} and (fact["n"] == 12).all()
+    md = (out / "report.md").read_text()
+    assert "Training orders (L2R-mix sweep" in md and "main effects and interactions" in md
