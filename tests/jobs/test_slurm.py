@@ -75,8 +75,11 @@ def test_study_runs_as_one_job_array(tmp_path, data_kit, one_thread):
         assert status(run)["state"] == "done" and status(run)["job_id"] == handle.job_id
         assert training_starts(run) == [0]
         assert (run / "eval.parquet").exists()
-    queue = queue_states(tmp_path)
-    assert {run_id: q["queue_state"] for run_id, q in queue.items()} == {r.name: "COMPLETED" for r in runs}
+    # the result is written just before the task exits; the queue catches up a moment later
+    completed = {r.name: "COMPLETED" for r in runs}
+    wait_until(lambda: {k: q["queue_state"] for k, q in queue_states(tmp_path).items()} == completed,
+               30, "sacct to show the array COMPLETED")
+    assert {k: q["job_id"] for k, q in queue_states(tmp_path).items()} == {r.name: h.job_id for r, h in zip(runs, handles)}
     assert list((tmp_path / "logs" / "slurm").glob("*/*/*.out")), "job logs live in the study dir"
 
 
