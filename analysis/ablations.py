@@ -19,8 +19,11 @@ SIDE_BY_SIDE = ("nll_anyorder", "nll_l2r")  # any-order and L2R loss side by sid
 OPTION_TITLES = {  # spec option -> table title; other varying options get "option <name>"
     "order": "Training orders (L2R-mix sweep: mix:p)",
     "ema": "EMA rates",
-    "target_cond": "Target-position injection (PE variants)",
-    "injection": "Target-position injection (PE variants)",
+    "target_pe": "Target-position injection (PE variants)",
+    "norm": "Normalisation",
+    "qk_norm": "QK-norm",
+    "tie_head": "Tied vs untied head",
+    "loss": "MDM objective",
 }
 GROUP = ("family", "size", "dataset", "split", "metric", "m")
 
