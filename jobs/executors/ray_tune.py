@@ -1,0 +1,322 @@
+"""Ray executor: the run matrix as a Ray Tune grid, one trial per run directory.
+
+`RayExecutor(study_dir, options).submit_all(run_dirs)` starts one Tune experiment over the runs
+in a background thread and returns handles at once; `handle.result()` waits for its run.
+Trials run `run_exclusive(run_dir)` (lock + `jobs.pipeline.execute_run`), so a trial always
+resumes from the run's own latest checkpoint in the study directory: the trial checkpoint *is*
+the run checkpoint (nothing is copied into Tune's storage). Hence:
+
+- `FailureConfig(max_failures=max_retries)`: a crashed trial (worker killed, exception) is
+  restarted and resumes from the run's last checkpoint;
+- a relaunch after the driver died restores the experiment with `Tuner.restore` (finished
+  trials are not rerun, unfinished and errored ones are resumed) when the experiment stored in
+  `<study>/ray/` covers the runs asked for; otherwise it starts a new experiment. Either way a
+  finished run returns "done" at once and is never retrained.
+
+Tune's storage lives in `<study>/ray/` (on a multi-node cluster the study directory must be on
+shared storage). Without `address` a local Ray is started (and shut down afterwards).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jobs import runfiles
+from jobs.executors import BUSY, PIPELINE, record_failure, run_exclusive
+
+EXPERIMENT_FILE = "experiment.json"
+CONNECT_TIMEOUT_S = 3.0
+BUSY_WAIT_S = 600.0  # a trial whose run is still locked (an orphaned worker) waits this long
+BUSY_POLL_S = 1.0
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """Ray Tune resources; plain values, never part of a run id.
+
+    CLI flags (scaling.launch): --ray-address, --cpus-per-trial, --gpus-per-trial,
+    --max-retries, --ray-num-cpus (size of a locally started Ray; 0 = all cores),
+    --max-concurrent-trials (0 = as many as resources allow).
+    """
+
+    address: str = ""
+    cpus_per_trial: float = 1.0
+    gpus_per_trial: float = 0.0
+    max_retries: int = 1
+    num_cpus: int = 0
+    max_concurrent: int = 0
+
+
+def validate_ray_options(opts: RayOptions) -> None:
+    """Check the options, that Ray is importable and `address` answers, before anything is written."""
+    if importlib.util.find_spec("ray") is None or importlib.util.find_spec("ray.tune") is None:
+        raise ValueError("backend: ray is not installed; fix: pip install 'aoscale[ray]' or use --backend local")
+    if opts.cpus_per_trial <= 0:
+        raise ValueError(f"cpus_per_trial: {opts.cpus_per_trial} must be > 0; fix: e.g. --cpus-per-trial 1")
+    checks = {"gpus_per_trial": opts.gpus_per_trial, "max_retries": opts.max_retries,
+              "ray_num_cpus": opts.num_cpus, "max_concurrent_trials": opts.max_concurrent}
+    for name, value in checks.items():
+        if value < 0:
+            raise ValueError(f"{name}: {value} must be >= 0; fix: pass a non-negative number")
+    if opts.address:
+        check_reachable(opts.address)
+
+
+def check_reachable(address: str) -> None:
+    """`host:port` or `ray://host:port` must accept a TCP connection within CONNECT_TIMEOUT_S."""
+    hostport = address.split("://", 1)[-1]
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"ray_address: {address!r} is not host:port; fix: e.g. --ray-address 10.0.0.1:6379")
+    try:
+        with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S):
+            return
+    except OSError as error:
+        raise ValueError(f"ray_address: cannot reach {address} ({error.strerror or error}); "
+                         "fix: start the cluster (ray start --head) or drop --ray-address") from None
+
+
+def run_trial(config: dict[str, Any]) -> None:
+    """The Tune trainable: one run directory, resumed from its own checkpoint."""
+    from ray import tune  # noqa: PLC0415
+
+    run_dir = config["run_dir"]
+    threads = max(1, int(config.get("threads", 1)))
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    _set_torch_threads(threads)
+    context = tune.get_context()
+    status = runfiles.read_status(run_dir)
+    runfiles.write_status(run_dir, status.get("state", "pending"),
+                          job_id=f"ray:{context.get_trial_id()}", worker_pid=os.getpid())
+    state = _run_when_free(run_dir, config.get("pipeline", PIPELINE))
+    tune.report({"state": state, "step": int(runfiles.read_status(run_dir).get("step", 0))})
+
+
+def _set_torch_threads(threads: int) -> None:
+    if "torch" in sys.modules or importlib.util.find_spec("torch") is not None:
+        import torch  # noqa: PLC0415
+
+        torch.set_num_threads(threads)
+
+
+def _run_when_free(run_dir: str, pipeline: str) -> str:
+    """run_exclusive, waiting while a worker orphaned by a dead driver still holds the run."""
+    deadline = time.monotonic() + BUSY_WAIT_S
+    state = run_exclusive(run_dir, pipeline)
+    while state == BUSY and time.monotonic() < deadline:
+        time.sleep(BUSY_POLL_S)
+        state = run_exclusive(run_dir, pipeline)
+    if state == BUSY:
+        raise RuntimeError(f"run {run_dir} stayed locked by another process for {BUSY_WAIT_S:.0f} s")
+    return state
+
+
+class RayHandle:
+    """One run in the Tune experiment: `done()`, `result()`, `state` (status.json's), `job_id`."""
+
+    def __init__(self, experiment: "_Experiment", run_dir: Path) -> None:
+        self.experiment = experiment
+        self.run_dir = Path(run_dir)
+
+    @property
+    def job_id(self) -> str:
+        return str(runfiles.read_status(self.run_dir).get("job_id", f"ray:{self.experiment.name}"))
+
+    @property
+    def state(self) -> str:
+        """Ledger state of the run (pending until its trial writes status.json)."""
+        self.experiment.start()
+        return str(runfiles.read_status(self.run_dir).get("state", "pending"))
+
+    def done(self) -> bool:
+        """True once the experiment has finished (every trial ended)."""
+        self.experiment.start()
+        return not self.experiment.running()
+
+    def result(self) -> str:
+        """Wait for the experiment; the run's final ledger state."""
+        self.experiment.start()
+        self.experiment.wait()
+        return self.experiment.final_state(self.run_dir)
+
+
+class RayExecutor:
+    """Run study runs as a Ray Tune grid (see the module docstring)."""
+
+    slots = None
+
+    def __init__(self, study_dir: str | Path, options: RayOptions, *, pipeline: str = PIPELINE) -> None:
+        self.study_dir = Path(study_dir).resolve()
+        self.options = options
+        self.pipeline = pipeline
+        self._pending: list[Path] = []
+        self._experiments: list[_Experiment] = []
+
+    def submit(self, run_dir: str | Path) -> RayHandle:
+        """Queue a run; the experiment starts when a handle is first polled (or at `submit_all`)."""
+        if not self._pending:
+            self._experiments.append(_Experiment(self, []))
+        self._pending.append(Path(run_dir).resolve())
+        experiment = self._experiments[-1]
+        experiment.run_dirs = list(self._pending)
+        return RayHandle(experiment, Path(run_dir))
+
+    def submit_all(self, run_dirs: Sequence[str | Path]) -> list[RayHandle]:
+        """One Tune experiment over `run_dirs`, started at once in the background."""
+        handles = [self.submit(d) for d in run_dirs]
+        if handles:
+            handles[0].experiment.start()
+        return handles
+
+    def shutdown(self) -> None:
+        """Wait for running experiments (their trials own the runs' locks)."""
+        for experiment in self._experiments:
+            if experiment.thread is not None:
+                experiment.wait()
+
+    def _seal(self) -> None:
+        self._pending = []
+
+
+class _Experiment:
+    """One `tuner.fit()` over a fixed set of run directories, in a background thread."""
+
+    def __init__(self, executor: RayExecutor, run_dirs: list[Path]) -> None:
+        self.executor = executor
+        self.run_dirs = run_dirs
+        self.thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+        self.errored: dict[str, str] = {}
+        self.name = ""
+
+    def start(self) -> None:
+        if self.thread is None:
+            self.executor._seal()
+            self.thread = threading.Thread(target=self._fit, name="aoscale-ray-tune", daemon=True)
+            self.thread.start()
+
+    def running(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    def wait(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+
+    def final_state(self, run_dir: Path) -> str:
+        state = str(runfiles.read_status(run_dir).get("state", "pending"))
+        reason = self.errored.get(str(run_dir.resolve())) or (self.error and f"ray: {self.error}")
+        if state not in ("done", "failed") and reason:
+            record_failure(run_dir, str(reason)[:300])
+            return "failed"
+        return state if state in ("done", "failed", "preempted") else "failed"
+
+    def _fit(self) -> None:
+        try:
+            self.errored = fit_grid(self.executor.study_dir, self.run_dirs, self.executor.options,
+                                    self.executor.pipeline, self)
+        except BaseException as error:  # noqa: BLE001 - reported through every handle
+            self.error = error
+
+
+def fit_grid(study_dir: Path, run_dirs: Sequence[Path], opts: RayOptions, pipeline: str,
+             experiment: _Experiment | None = None) -> dict[str, str]:
+    """Run (or restore) the grid and wait; returns {run_dir: reason} for trials that errored."""
+    import ray  # noqa: PLC0415
+
+    started = _init_ray(opts)
+    try:
+        tuner, name = _tuner(study_dir, run_dirs, opts, pipeline)
+        if experiment is not None:
+            experiment.name = name
+        results = tuner.fit()
+        return {r.config["run_dir"]: f"ray trial failed: {_one_line(r.error)}"
+                for r in results if r.error is not None}
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
+
+
+def _init_ray(opts: RayOptions) -> bool:
+    """Join `opts.address` or start a local Ray; False when this process was already connected."""
+    import ray  # noqa: PLC0415
+
+    if ray.is_initialized():
+        return False
+    if opts.address:
+        ray.init(address=opts.address, log_to_driver=False)
+    else:
+        ray.init(num_cpus=opts.num_cpus or None, include_dashboard=False, log_to_driver=False)
+    return True
+
+
+def trial_dirname(trial: Any) -> str:
+    """Trial folders are named by run id."""
+    return Path(trial.config["run_dir"]).name
+
+
+def _tuner(study_dir: Path, run_dirs: Sequence[Path], opts: RayOptions, pipeline: str) -> tuple[Any, str]:
+    """`Tuner.restore` of the stored experiment when it covers `run_dirs`, else a new grid."""
+    from ray import tune  # noqa: PLC0415
+
+    storage = study_dir / "ray"
+    trainable = tune.with_resources(run_trial, {"cpu": opts.cpus_per_trial, "gpu": opts.gpus_per_trial})
+    wanted = sorted(str(Path(d).resolve()) for d in run_dirs)
+    stored = runfiles.read_json(storage / EXPERIMENT_FILE, default={})
+    path = storage / stored.get("name", "-")
+    if stored and set(wanted) <= set(stored.get("runs", [])) and tune.Tuner.can_restore(str(path)):
+        return tune.Tuner.restore(str(path), trainable, resume_unfinished=True, restart_errored=True), path.name
+    name = "grid-" + hashlib.sha256("\n".join(wanted).encode()).hexdigest()[:8] + time.strftime("-%Y%m%d-%H%M%S")
+    runfiles.atomic_write_json(storage / EXPERIMENT_FILE, {"name": name, "runs": wanted})
+    space = {"run_dir": tune.grid_search(wanted), "pipeline": pipeline,
+             "threads": max(1, int(opts.cpus_per_trial))}
+    tune_config = tune.TuneConfig(max_concurrent_trials=opts.max_concurrent or None,
+                                  trial_dirname_creator=trial_dirname)
+    run_config = tune.RunConfig(name=name, storage_path=str(storage), verbose=0,
+                                failure_config=tune.FailureConfig(max_failures=opts.max_retries))
+    return tune.Tuner(trainable, param_space=space, tune_config=tune_config, run_config=run_config), name
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m jobs.executors.ray_tune STUDY RUN_DIR... [--cpus-per-trial C] [--num-cpus N]
+    [--max-retries R] [--ray-address A]`: run the grid in the foreground (a driver you can kill)."""
+    import argparse  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog="python -m jobs.executors.ray_tune")
+    parser.add_argument("study")
+    parser.add_argument("run_dirs", nargs="+")
+    parser.add_argument("--cpus-per-trial", type=float, default=1.0)
+    parser.add_argument("--gpus-per-trial", type=float, default=0.0)
+    parser.add_argument("--max-retries", type=int, default=1)
+    parser.add_argument("--num-cpus", type=int, default=0)
+    parser.add_argument("--ray-address", default="")
+    args = parser.parse_args(argv)
+    opts = RayOptions(address=args.ray_address, cpus_per_trial=args.cpus_per_trial,
+                      gpus_per_trial=args.gpus_per_trial, max_retries=args.max_retries, num_cpus=args.num_cpus)
+    try:
+        validate_ray_options(opts)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    handles = RayExecutor(args.study, opts).submit_all(args.run_dirs)
+    states = [h.result() for h in handles]
+    print(json.dumps({h.run_dir.name: s for h, s in zip(handles, states)}), flush=True)
+    return 0 if all(s == "done" for s in states) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
