@@ -55,3 +55,18 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> No
 def running_at(run_dir: Path, step: int) -> Callable[[], bool]:
     """Predicate: the run is training and has passed `step`."""
     return lambda: status(run_dir).get("state") == "running" and int(status(run_dir).get("step", 0)) >= step
+
+
+def reference_curve(study_dir: Path, spec: RunSpec) -> list[tuple[str, int, float]]:
+    """The uninterrupted curve of `spec`, trained here with the jobs' single thread."""
+    import torch  # noqa: PLC0415
+    from jobs.train import train  # noqa: PLC0415
+
+    run_dir = make_run(study_dir, spec)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert train(run_dir, spec) == "done"
+    finally:
+        torch.set_num_threads(threads)
+    return curve(run_dir)

@@ -14,11 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
-from jobs.train import train
-from tests.jobs.cluster_runs import (PIPELINE, curve, make_run, running_at, status, tiny_spec,
-                                     training_starts, wait_until)
+from tests.jobs.cluster_runs import (PIPELINE, curve, make_run, reference_curve, running_at, status,
+                                     tiny_spec, training_starts, wait_until)
 
 ray = pytest.importorskip("ray", reason="ray not installed (pip install 'aoscale[ray]')")
 from jobs.executors.ray_tune import EXPERIMENT_FILE, RayExecutor, RayOptions, validate_ray_options  # noqa: E402
@@ -39,18 +37,6 @@ def one_thread(monkeypatch):
         ray.shutdown()
 
 
-def reference(tmp_path: Path, seed: int) -> list:
-    spec = tiny_spec(seed=seed, steps=STEPS, checkpoint_every=20)
-    run_dir = make_run(tmp_path / "reference", spec)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        assert train(run_dir, spec) == "done"
-    finally:
-        torch.set_num_threads(threads)
-    return curve(run_dir)
-
-
 def test_crashed_trial_is_retried_from_its_checkpoint(tmp_path, data_kit, one_thread):
     run = make_run(tmp_path / "study", tiny_spec(seed=5, steps=STEPS, checkpoint_every=20))
     options = RayOptions(cpus_per_trial=1, num_cpus=2, max_retries=1)
@@ -61,7 +47,7 @@ def test_crashed_trial_is_retried_from_its_checkpoint(tmp_path, data_kit, one_th
     starts = training_starts(run)
     assert len(starts) == 2 and starts[0] == 0 and starts[1] >= 40 and starts[1] % 20 == 0, starts
     assert status(run)["attempts"] == 2
-    assert curve(run) == reference(tmp_path, seed=5)
+    assert curve(run) == reference_curve(tmp_path / "reference", tiny_spec(seed=5, steps=STEPS, checkpoint_every=20))
     assert not ray.is_initialized(), "the executor shuts down the Ray it started"
 
 

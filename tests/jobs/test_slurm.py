@@ -11,11 +11,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import torch
 
 from jobs.executors.slurm import (SlurmExecutor, SlurmOptions, parse_additional, parse_time_min,
                                   queue_states, submitit_parameters, validate_slurm_options)
-from jobs.train import train
+from tests.jobs import cluster_runs
 from tests.jobs.cluster_runs import (PIPELINE, curve, make_run, running_at, status, tiny_spec,
                                      training_starts, wait_until)
 
@@ -51,16 +50,8 @@ def one_thread(monkeypatch):
 
 @pytest.fixture(scope="module")
 def reference_curve(tmp_path_factory, data_kit) -> list:
-    """The uninterrupted curve of the long run, trained here with the jobs' single thread."""
-    spec = tiny_spec(seed=3, steps=LONG_STEPS)
-    run_dir = make_run(tmp_path_factory.mktemp("reference"), spec)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        assert train(run_dir, spec) == "done"
-    finally:
-        torch.set_num_threads(threads)
-    return curve(run_dir)
+    """The uninterrupted curve of the long run."""
+    return cluster_runs.reference_curve(tmp_path_factory.mktemp("reference"), tiny_spec(seed=3, steps=LONG_STEPS))
 
 
 @cluster
