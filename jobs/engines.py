@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from jobs.checkpoint import load_file, save_file
+from jobs.checkpoint import MODEL_FILE, load_file, save_file
 from jobs.spec import RunSpec
 
 OPTIMIZER_FILE = "optimizer.pt"
@@ -92,6 +92,7 @@ class TorchEngine:
         save_file({"optimizer": self.optimizer.state_dict()}, folder / OPTIMIZER_FILE)
 
     def load(self, folder: Path) -> None:
+        self.model.load_state_dict(load_file(folder / MODEL_FILE)["model"])
         self.optimizer.load_state_dict(load_file(folder / OPTIMIZER_FILE)["optimizer"])
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:

@@ -171,7 +171,7 @@ def measure_peak_flops(device: torch.device, dtype: torch.dtype) -> float:
     """
     key = (str(device), str(dtype), torch.get_num_threads())
     if key not in _PEAK_CACHE:
-        _PEAK_CACHE[key] = _time_matmuls(device, dtype, PEAK_MATMUL_N[device.type])
+        _PEAK_CACHE[key] = time_matmuls(device, dtype, PEAK_MATMUL_N[device.type])
     return _PEAK_CACHE[key]
 
 
@@ -180,7 +180,8 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _time_matmuls(device: torch.device, dtype: torch.dtype, n: int) -> float:
+def time_matmuls(device: torch.device, dtype: torch.dtype, n: int) -> float:
+    """FLOP/s of the fastest of >= 3 n x n matmuls over ~PEAK_MEASURE_S (uncached)."""
     gen = torch.Generator(device=device).manual_seed(0)
     a = torch.randn(n, n, device=device, dtype=dtype, generator=gen)
     b = torch.randn(n, n, device=device, dtype=dtype, generator=gen)

@@ -105,6 +105,18 @@ def check_run_dir(run_dir: Path, spec: RunSpec) -> None:
     if existing.run_id != spec.run_id:
         raise ValueError(f"run_dir: {run_dir} holds run {existing.run_id}, not {spec.run_id}; "
                          "use a fresh --run-dir or the same spec")
+    saved = ckpt.checkpoint_dirs(run_dir)
+    engine = _saved_engine(saved[-1]) if saved else spec.engine
+    if engine is not None and engine != spec.engine:
+        raise ValueError(f"engine: the checkpoints in {run_dir} were written by engine {engine!r}; "
+                         f"rerun with --engine {engine}")
+
+
+def _saved_engine(path: Path) -> str | None:
+    try:
+        return ckpt.read_meta(path)["engine"]
+    except (OSError, ValueError, KeyError):
+        return None  # a corrupt checkpoint: resume() reports it and falls back
 
 
 # ---------------------------------------------------------------------------------------------
@@ -265,13 +277,7 @@ def resume(run: Run) -> None:
     if path is None:
         return
     engine = run.engine
-    meta = ckpt.read_meta(path)
-    if meta["engine"] != engine.name:
-        raise ValueError(f"engine: checkpoint {path.name} was written by engine {meta['engine']!r}; "
-                         f"rerun with --engine {meta['engine']}")
     state = ckpt.load_file(path / ckpt.MODEL_FILE)
-    if engine.name == "torch":
-        engine.model.load_state_dict(state["model"])
     engine.load(path)
     if run.ema is not None:
         run.ema.load_state_dict(state["ema"])
