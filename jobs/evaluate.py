@@ -365,14 +365,24 @@ def main(argv: list[str] | None = None) -> int:
                      data_dir=args.data_dir, seed=args.seed)
     if args.datasets is not None:
         overrides["zero_shot"] = tuple(n.strip() for n in args.datasets.split(",") if n.strip())
-    try:
+
+    def action() -> str:
         if args.max_chunks is not None:
             _positive("max_chunks", args.max_chunks)
         frame = evaluate(args.run_dir, args.suite, **overrides)
+        return f"wrote {len(frame)} records to {Path(args.run_dir) / 'eval.parquet'}"
+
+    return run_cli(action)
+
+
+def run_cli(action: Callable[[], str]) -> int:
+    """Run a CLI action: print its message and return 0, or one error line and 2 on InputError."""
+    try:
+        message = action()
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(f"wrote {len(frame)} records to {Path(args.run_dir) / 'eval.parquet'}")
+    print(message)
     return 0
 
 

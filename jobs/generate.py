@@ -248,16 +248,15 @@ def settings_from_args(args) -> GenSettings:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: exit 0 on success, 2 on bad input (one line on stderr, nothing written)."""
-    from jobs.evaluate import InputError
+    from jobs.evaluate import run_cli
 
     args = build_parser().parse_args(argv)
-    try:
+
+    def action() -> str:
         frame = generate(args.run_dir, settings_from_args(args), args.weights, args.evaluator_run)
-    except InputError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(f"wrote {SAMPLES_FILE} and {len(frame)} records to {args.run_dir}")
-    return 0
+        return f"wrote {SAMPLES_FILE} and {len(frame)} records to {args.run_dir}"
+
+    return run_cli(action)
 
 
 if __name__ == "__main__":
