@@ -15,10 +15,14 @@ from .arms import DEFAULT_ARMS, OFFICIAL_AOGPT_OPTIONS, PAPER_EMA, PAPER_L2R_MIX
 
 FAMILY_ORDER = ("ar", "aogpt", "sigma_gpt", "mdm")
 
-# Quickstart cap: 2^16 tokens per run = 32 steps of 16 x 128 tokens. Measured on 2 cores with
-# two runs in parallel (bench/bench_launch.py): ~4-8 s per run including start-up and the quick
-# evaluation, so 24 runs + fit fit in ~5 minutes.
-QUICKSTART_MAX_TOKENS = 2**16
+# Quickstart budget: 2^17 tokens per run = 128 steps of 16 sequences x 64 tokens. At 32 steps
+# every family still sits on the unigram plateau (~3.3 nats/byte); at 128 steps AR separates by
+# size (val 2.78 at 0.1M, 2.58 at 1M). Single-thread throughput of the 1M rung is ~9k tokens/s
+# (idle machine; ~4.5k measured under load), so a run is ~2-15 s of training plus ~3 s of start-up
+# and quick evaluation; 24 runs two at a time + the fit come to ~3-5 minutes on 2 cores.
+QUICKSTART_MAX_TOKENS = 2**17
+QUICKSTART_SEQ_LEN = 64
+QUICKSTART_BATCH_SIZE = 16
 
 CPU_BASE: dict[str, Any] = {
     "sizes": ["0.1M", "0.3M", "1M"], "seeds": 2, "tokenizer": "bytes", "corpus": "shakespeare",
@@ -55,7 +59,8 @@ def _aogpt(factors: dict[str, Any], **changes: Any) -> Arm:
 
 def quickstart() -> dict[str, Any]:
     """CPU rungs on Shakespeare bytes, four families x 3 sizes x 2 seeds, capped tokens."""
-    return {**CPU_BASE, "arms": _family_arms(), "max_tokens": QUICKSTART_MAX_TOKENS}
+    return {**CPU_BASE, "arms": _family_arms(), "max_tokens": QUICKSTART_MAX_TOKENS,
+            "seq_len": QUICKSTART_SEQ_LEN, "batch_size": QUICKSTART_BATCH_SIZE}
 
 
 def paper() -> dict[str, Any]:

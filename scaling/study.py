@@ -42,10 +42,7 @@ class Cell:
 
     spec: RunSpec
     factors: tuple[tuple[str, Any], ...]
-
-    @property
-    def run_id(self) -> str:
-        return self.spec.run_id
+    run_id: str  # spec.run_id, hashed once
 
 
 @dataclass(frozen=True)
@@ -211,7 +208,7 @@ def _cell(arm: Arm, size: str, seed: int, settings: dict, budget: Budget, name: 
         study=name, variant=arm.label, tracking=tracking,
         **settings.get("run", {}), **settings.get("resources", {}),
     )
-    return Cell(spec, arm.factors)
+    return Cell(spec, arm.factors, spec.run_id)
 
 
 def _finish(settings: dict, cells: list[Cell], preset: str | None, given: dict) -> StudySpec:
@@ -224,5 +221,5 @@ def _finish(settings: dict, cells: list[Cell], preset: str | None, given: dict) 
     if given.get("name") or not changed:
         return study
     name = f"{preset or 'study'}-{study.study_hash[:8]}"
-    renamed = tuple(Cell(c.spec.replace(study=name), c.factors) for c in cells)
+    renamed = tuple(Cell(c.spec.replace(study=name), c.factors, c.run_id) for c in cells)  # study is not hashed
     return StudySpec(name, study.settings, renamed)

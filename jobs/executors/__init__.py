@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fcntl
 import importlib
+import inspect
 import os
 from pathlib import Path
 from typing import Any, Protocol
@@ -129,8 +130,11 @@ def _count_attempt(run_dir: Path) -> None:
     runfiles.write_status(run_dir, status.get("state", "pending"), attempts=int(status.get("attempts", 0)) + 1)
 
 
-def run_exclusive(run_dir: str | Path, pipeline: str = PIPELINE) -> str:
-    """Run the pipeline on `run_dir` under its lock; `BUSY` if another process holds it."""
+def run_exclusive(run_dir: str | Path, pipeline: str = PIPELINE, handle_signals: bool = False) -> str:
+    """Run the pipeline on `run_dir` under its lock; `BUSY` if another process holds it.
+
+    `handle_signals` is passed on to pipelines that accept it (SIGTERM -> checkpoint and stop).
+    """
     run_dir = Path(run_dir)
     lock = RunLock(run_dir)
     if not lock.acquire():
@@ -138,7 +142,9 @@ def run_exclusive(run_dir: str | Path, pipeline: str = PIPELINE) -> str:
     try:
         _count_attempt(run_dir)
         try:
-            state = resolve(pipeline)(str(run_dir))
+            function = resolve(pipeline)
+            accepts = "handle_signals" in inspect.signature(function).parameters
+            state = function(str(run_dir), **({"handle_signals": handle_signals} if accepts else {}))
         except Exception as error:
             record_failure(run_dir, one_line(error))
             raise

@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1:
         print("usage: python -m jobs.executors.local <run_dir>", file=sys.stderr)
         return 2
-    state = run_exclusive(argv[0])
+    state = run_exclusive(argv[0], handle_signals=True)
     print(f"run {argv[0]}: {state}", flush=True)
     return EXIT_BUSY if state == BUSY else 0
 

@@ -124,6 +124,7 @@ def test_run_lock_holds_across_processes_and_dies_with_its_holder(tmp_path):
     lock.release()
 
 
+@pytest.mark.slow
 @needs_pipeline
 def test_quickstart_end_to_end_writes_the_report(tmp_path):
     study = tmp_path / "quickstart"
