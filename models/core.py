@@ -127,10 +127,9 @@ class Block(nn.Module):
         if self.modulation is None:
             x = x + attend(self.norm1(x))
             return x + self.mlp(self.norm2(x))
-        mod = _lookup(self.modulation(cond), cond_index)  # [B, T|1, 6d]
-        shift1, scale1, gate1, shift2, scale2, gate2 = mod.chunk(6, dim=-1)
-        x = x + gate1 * attend(self.norm1(x) * (1 + scale1) + shift1)
-        return x + gate2 * self.mlp(self.norm2(x) * (1 + scale2) + shift2)
+        shift1, scale1, gate1, shift2, scale2, gate2 = modulation_rows(self.modulation(cond), cond_index, 6)
+        x = torch.addcmul(x, gate1, attend(torch.addcmul(shift1, self.norm1(x), scale1)))
+        return torch.addcmul(x, gate2, self.mlp(torch.addcmul(shift2, self.norm2(x), scale2)))
 
 
 class Transformer(nn.Module):
@@ -155,13 +154,23 @@ class Transformer(nn.Module):
             x = block(x, c, cond_index, attn_mask, is_causal, cache, i)
         if self.final_modulation is None:
             return self.norm(x)
-        shift, scale = _lookup(self.final_modulation(c), cond_index).chunk(2, dim=-1)
-        return self.norm(x) * (1 + scale) + shift
+        shift, scale = modulation_rows(self.final_modulation(c), cond_index, 2)
+        return torch.addcmul(shift, self.norm(x), scale)
 
 
-def _lookup(table: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
-    """Rows of a projected conditioning table per token ([P, k] -> [B, T, k]), or the table itself."""
-    return table if index is None else F.embedding(index, table)
+def modulation_rows(mod: torch.Tensor, index: torch.Tensor | None, n: int) -> tuple[torch.Tensor, ...]:
+    """Split adaLN projections into n (shift, 1 + scale, gate, ...) tensors of width d.
+
+    `mod` is [..., n·d]; chunks are (shift, scale, gate) triples, or (shift, scale) for the final
+    norm. With `index` [B, T], `mod` is a per-position table [P, n·d] and each chunk is gathered
+    to [B, T, d] after the cheap work (adding 1 to the scales) is done once per table row.
+    """
+    mod = mod.unflatten(-1, (n, -1)).movedim(-2, 0)  # [..., n·d] -> [n, ..., d]
+    is_scale = torch.tensor([i % 3 == 1 for i in range(n)], device=mod.device)
+    mod = mod + is_scale.view(n, *([1] * (mod.dim() - 1))).to(mod.dtype)
+    if index is not None:
+        mod = mod[:, index]  # [n, P, d] -> [n, B, T, d], each chunk contiguous
+    return mod.unbind(0)
 
 
 def init_weights(module: nn.Module, n_layer: int) -> None:
