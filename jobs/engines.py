@@ -263,7 +263,7 @@ class DeepSpeedEngine:
         torch.distributed.barrier()
 
     def close(self) -> None:
-        self.barrier()
+        pass  # no collective here: after an error on one rank the others may never arrive
 
 
 ENGINES = {"torch": TorchEngine, "deepspeed": DeepSpeedEngine}

@@ -426,6 +426,7 @@ def _train(run: Run, stop_after: int | None, callbacks: Sequence[Callable[[Run],
                          "world_size": run.engine.world_size})
         write_status(run.run_dir, "running", step=run.step, steps=run.spec.steps)
     state = loop(run, stop_after, callbacks)
+    run.engine.barrier()
     if run.rank0 and state != "failed":
         write_status(run.run_dir, state, step=run.step, steps=run.spec.steps)
     run.tracker.close(state)
