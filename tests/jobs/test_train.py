@@ -293,3 +293,20 @@ def test_switching_engine_on_a_checkpointed_run_exits_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: engine:") and "--engine torch" in err[0]
     assert {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")} == before
+
+
+def test_execute_run_trains_once_then_evaluates_once(tmp_path):
+    from jobs.pipeline import EVAL_FILE, _evaluate_available, execute_run
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "spec.json").write_text(tiny(family="ar", steps=3, ema=0.99).to_json())
+    assert execute_run(run_dir) == "done"
+    evaluated = run_dir / EVAL_FILE
+    if _evaluate_available():
+        assert evaluated.exists()
+        stamp = evaluated.stat().st_mtime_ns
+    assert execute_run(run_dir) == "done"
+    assert len(read_metrics(run_dir, "start")) == 1  # never trained twice
+    if _evaluate_available():
+        assert evaluated.stat().st_mtime_ns == stamp
