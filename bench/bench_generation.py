@@ -87,7 +87,8 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads (0 = torch's default; 1 avoids spin-wait collapse on a shared CPU)")
     p.add_argument("--json", help="also write the results here")
     args = p.parse_args(argv)
     if args.threads:

@@ -148,6 +148,8 @@ class Transformer(nn.Module):
         (b, t): the projections then run once per table row instead of once per token.
         adds: per-block tensors broadcastable to x, added before each block."""
         c = F.silu(cond) if cond is not None else None
+        if cond_index is not None and cond_index.numel() < c.shape[0]:
+            c, cond_index = c[cond_index], None  # few tokens (KV-cache decoding): project per token
         for i, block in enumerate(self.blocks):
             if adds is not None:
                 x = x + adds[i]
