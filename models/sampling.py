@@ -117,13 +117,15 @@ def step_counts(schedule: str, length: int, steps: int, generator=None) -> list[
 
 
 # ---- AR ----------------------------------------------------------------------------------------
-def causal_mask(n_new: int, n_cached: int, device=None) -> torch.Tensor:
+def causal_mask(n_new: int, n_cached: int, device=None) -> torch.Tensor | None:
     """Boolean [n_new, n_cached + n_new]: new row r sees the cache and new rows <= r."""
+    if n_new == 1:
+        return None  # one new slot sees everything: SDPA's unmasked path
     cols = torch.arange(n_cached + n_new, device=device)
     return cols[None] <= n_cached + torch.arange(n_new, device=device)[:, None]
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def generate_ar(model, batch: int, length: int, sampling: Sampling = Sampling(), generator=None,
                 record: bool = False) -> Generation:
     """Left-to-right sampling with a KV cache: one new slot per step."""
@@ -152,7 +154,8 @@ def _check_length(model, length: int) -> None:
 def decode_mask(n_cached: int, n_real: int, n_query: int, device=None) -> torch.Tensor:
     """Boolean [n_real + n_query, n_cached + n_real + n_query]: real slots are causal over the
     cache and each other; a query sees the cache, every real slot and itself only."""
-    real = causal_mask(n_real, n_cached, device)
+    cols = torch.arange(n_cached + n_real, device=device)
+    real = cols[None] <= n_cached + torch.arange(n_real, device=device)[:, None]
     real = torch.cat([real, real.new_zeros(n_real, n_query)], 1)
     context = torch.ones(n_query, n_cached + n_real, dtype=torch.bool, device=device)
     query = torch.cat([context, torch.eye(n_query, dtype=torch.bool, device=device)], 1)
@@ -186,14 +189,14 @@ def aogpt_step_logits(model, tokens, order, j: int, k: int, cache: KVCache | Non
     queries = _query_inputs(model, tokens, order, j, k)
     x = queries if real is None else torch.cat([real, queries], 1)
     targets = order[:, c:j + k]
-    mask = decode_mask(c, j - c, k, tokens.device)
+    mask = decode_mask(c, j - c, k, tokens.device) if j - c + k > 1 else None  # one query sees all
     h = model.hidden(x, targets, attn_mask=mask, cache=cache)
     if cache is not None:
         cache.commit(j - c + 1)
     return model.logits_from_hidden(h[:, j - c:])
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def generate_aogpt(model, batch: int, length: int, steps: int | None = None, schedule: str = "linear",
                    sampling: Sampling = Sampling(), generator=None, order: torch.Tensor | None = None,
                    use_cache: bool = True, record: bool = False) -> Generation:
@@ -292,7 +295,7 @@ def _time_grid(model, sampler: str, steps: int) -> list[float]:
     return [1.0 - i * (1.0 - end) / steps for i in range(steps + 1)]
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def generate_mdm(model, batch: int, length: int, steps: int, sampler: str = "ancestral",
                  sampling: Sampling = Sampling(), generator=None, cache: bool = True) -> Generation:
     """Reverse the absorbing process from all-masked x_1 in `steps` steps.
