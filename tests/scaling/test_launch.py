@@ -102,6 +102,9 @@ def test_failed_runs_are_retried_then_left_failed_with_their_reason(tmp_path, ca
     (again,) = views(study).values()
     assert (again.attempts, again.failures) == (2, 2)
     assert "missing.txt" in capsys.readouterr().out
+    assert status.main([str(study)]) == 1
+    table = capsys.readouterr().out
+    assert "failed" in table and "1 runs: 1 failed" in table
 
 
 def test_run_lock_holds_across_processes_and_dies_with_its_holder(tmp_path):
