@@ -25,6 +25,7 @@ import polars as pl
 from jobs.runfiles import atomic_write_bytes
 
 EVAL_FILE = "eval.parquet"
+FACTOR_PREFIX = "factor_"  # optional columns: a run's level of each factor of a factorial design
 
 CONTRACT_SCHEMA: dict[str, pl.DataType] = {
     "study": pl.String, "run_id": pl.String, "family": pl.String, "variant": pl.String,
@@ -55,8 +56,13 @@ def run_context(spec, counts: dict[str, int], flops_per_token: int, step: int, w
         "study": spec.study, "run_id": spec.run_id, "family": spec.family, "variant": spec.variant,
         "size": spec.size, "n_params": int(counts["core"]), "n_params_family": int(counts["family_non_embedding"]),
         "tokens": tokens, "flops": float(flops_per_token) * tokens, "seed": spec.seed, "step": int(step),
-        "weights": weights,
+        "weights": weights, **factor_columns(spec),
     }
+
+
+def factor_columns(spec) -> dict[str, str]:
+    """Per-run factor levels of an ablation design (`factor_<name>` in the spec's tracking), as text."""
+    return {key: str(value) for key, value in spec.tracking if key.startswith(FACTOR_PREFIX)}
 
 
 def record(context: dict[str, Any], *, dataset: str, split: str, metric: str, value: float, unit: str,
@@ -73,9 +79,11 @@ def record(context: dict[str, Any], *, dataset: str, split: str, metric: str, va
 
 
 def to_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
-    """Rows as a DataFrame with the fixed schema (missing extras are null)."""
-    full = [{name: row.get(name) for name in SCHEMA} for row in rows]
-    return pl.DataFrame(full, schema=SCHEMA, orient="row")
+    """Rows as a DataFrame with the fixed schema (missing extras are null) plus any factor columns."""
+    factors = sorted({key for row in rows for key in row if key.startswith(FACTOR_PREFIX)})
+    schema = {**SCHEMA, **dict.fromkeys(factors, pl.String)}
+    full = [{name: row.get(name) for name in schema} for row in rows]
+    return pl.DataFrame(full, schema=schema, orient="row")
 
 
 def read_records(run_dir: str | Path) -> pl.DataFrame:
@@ -84,15 +92,16 @@ def read_records(run_dir: str | Path) -> pl.DataFrame:
     if not path.exists():
         return to_frame([])
     frame = pl.read_parquet(path)
-    missing = [pl.lit(None, dtype).alias(n) for n, dtype in SCHEMA.items() if n not in frame.columns]
-    return frame.with_columns(missing).select(list(SCHEMA)).cast(SCHEMA)
+    schema = {**SCHEMA, **{c: pl.String for c in frame.columns if c.startswith(FACTOR_PREFIX)}}
+    missing = [pl.lit(None, dtype).alias(n) for n, dtype in schema.items() if n not in frame.columns]
+    return frame.with_columns(missing).select(list(schema)).cast(schema)
 
 
 def merge_records(old: pl.DataFrame, new: pl.DataFrame) -> pl.DataFrame:
     """Old rows whose (dataset, split, metric, estimator) the new frame does not measure, then new."""
     keys = new.select(REPLACE_KEY).unique()
     kept = old.join(keys, on=list(REPLACE_KEY), how="anti", nulls_equal=True)
-    return pl.concat([kept, new], how="vertical")
+    return pl.concat([kept, new], how="diagonal")  # factor columns may be new
 
 
 def write_records(run_dir: str | Path, new: pl.DataFrame) -> pl.DataFrame:

@@ -120,3 +120,19 @@ def test_missing_checkpoint_exits_2_in_a_real_process(tmp_path):
     assert proc.returncode == 2 and "--run-dir" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "eval.parquet").exists()
     assert gen.main(["--run-dir", str(tmp_path / "absent")]) == 2
+
+
+def test_factor_levels_from_the_spec_become_record_columns(tmp_path):
+    from jobs.records import read_records, record, run_context, to_frame, write_records
+    from jobs.spec import RunSpec
+
+    spec = RunSpec(family="aogpt", size="0.1M", steps=4, lr=1e-3, warmup_steps=1,
+                   tracking={"factor_ema": 0.9999, "factor_pe": "adaln", "wandb": False})
+    counts = {"core": 10, "family_non_embedding": 12}
+    row = record(run_context(spec, counts, 100, 4, "ema"), dataset="shakespeare", split="validation",
+                 metric="nll_l2r", value=1.5, unit="nats/token", n_samples=8)
+    merged = write_records(tmp_path, to_frame([row]))
+    assert merged["factor_ema"].to_list() == ["0.9999"] and merged["factor_pe"].to_list() == ["adaln"]
+    assert "wandb" not in merged.columns
+    again = write_records(tmp_path, to_frame([row]))
+    assert again.equals(read_records(tmp_path)) and again.height == 1
