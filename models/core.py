@@ -170,9 +170,34 @@ def modulation_rows(mod: torch.Tensor, index: torch.Tensor | None, n: int) -> tu
     mod = mod.unflatten(-1, (n, -1)).movedim(-2, 0)  # [..., n·d] -> [n, ..., d]
     is_scale = torch.tensor([i % 3 == 1 for i in range(n)], device=mod.device)
     mod = mod + is_scale.view(n, *([1] * (mod.dim() - 1))).to(mod.dtype)
-    if index is not None:
-        mod = mod[:, index]  # [n, P, d] -> [n, B, T, d], each chunk contiguous
-    return mod.unbind(0)
+    if index is None:
+        return mod.unbind(0)
+    return _GatherRows.apply(mod, index)
+
+
+class _GatherRows(torch.autograd.Function):
+    """(table[0][index], ..., table[n-1][index]) for a table [n, P, d] and index [B, T].
+
+    Same values and gradients as indexing, but the backward scatters with `index_add_`, which
+    on CPU is ~10x faster than the accumulating `index_put_` autograd would use, and no stack
+    of the n gradients is needed.
+    """
+
+    @staticmethod
+    def forward(ctx, table, index):
+        ctx.save_for_backward(index)
+        ctx.table_shape = table.shape
+        flat = index.reshape(-1)
+        return tuple(t.index_select(0, flat).view(*index.shape, t.shape[-1]) for t in table.unbind(0))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        (index,) = ctx.saved_tensors
+        flat = index.reshape(-1)
+        grad_table = grads[0].new_zeros(ctx.table_shape)
+        for row, grad in zip(grad_table.unbind(0), grads):
+            row.index_add_(0, flat, grad.reshape(flat.numel(), -1))
+        return grad_table, None
 
 
 def init_weights(module: nn.Module, n_layer: int) -> None:

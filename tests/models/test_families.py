@@ -132,3 +132,20 @@ def test_bad_tokens_are_rejected():
         model.loss(torch.zeros(1, L + 1, dtype=torch.long))
     with pytest.raises(ValueError, match="^tokens"):
         model.loss(torch.full((1, L), V))
+
+
+def test_gathered_modulation_matches_plain_indexing_in_value_and_gradient():
+    from models.core import modulation_rows
+
+    gen = torch.Generator().manual_seed(0)
+    table = torch.randn(5, 3 * 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    index = torch.randint(0, 5, (2, 7), generator=gen)  # repeated rows accumulate gradients
+    fast = modulation_rows(table, index, 3)
+    plain = modulation_rows(table[index], None, 3)
+    weights = [torch.randn(2, 7, 4, generator=gen, dtype=torch.float64) for _ in range(3)]
+    for a, b in zip(fast, plain):
+        assert torch.equal(a, b)
+    (grad_fast,) = torch.autograd.grad(sum((w * a).sum() for w, a in zip(weights, fast)), table)
+    (grad_plain,) = torch.autograd.grad(sum((w * b).sum() for w, b in zip(weights, plain)), table)
+    assert torch.allclose(grad_fast, grad_plain, rtol=0, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda t: modulation_rows(t, index, 3), (table,))
