@@ -3,22 +3,26 @@
 With no flags it runs the `quickstart` preset into `studies/quickstart`. Each run trains (resuming
 where it stopped), evaluates, and then the study is analysed into `<study>/report/`. Relaunching
 the same command is idempotent; `--dry-run` prints the plan and writes nothing.
+
+Backends (`--backend`, see scaling.backends): `local` (default) and `ray` block until the study is
+done; `slurm` submits the runs that are not done as one job array and returns at once (follow it
+with `python -m scaling.status <study>`; `--wait` waits and then writes the report).
 """
 from __future__ import annotations
 
 import argparse
 import sys
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jobs.executors import EXECUTORS, get_executor, one_line
+from jobs.executors import EXECUTORS, Executor, one_line
 from jobs.executors.local import visible_gpus
 
 from . import ledger
+from .backends import BACKENDS, add_flags, check_foreign_flags, float_arg, int_arg
 from .plan import format_plan, plan_rows, refusal, usable_cores
-from .scheduler import Scheduler
+from .scheduler import Scheduler, submit_runs, to_submit
 from .study import StudyError, StudySpec, build_study, load_toml
 
 STUDIES_ROOT = Path("studies")
@@ -31,13 +35,6 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-
-
 def parser() -> argparse.ArgumentParser:
     """The launch CLI's flags; unset flags are None so presets and TOML files show through."""
     p = _Parser(prog="python -m scaling.launch", description=__doc__.splitlines()[0])
@@ -48,26 +45,28 @@ def parser() -> argparse.ArgumentParser:
     add("--name", help="study name (default: the preset's name, plus a hash when flags change it)")
     add("--families", help="comma-separated families, e.g. ar,aogpt,sigma_gpt,mdm")
     add("--sizes", help="comma-separated sizes, e.g. 0.1M,0.3M,1M or 125M,350M,760M")
-    add("--seeds", type=_int, help="seeds per cell (0..N-1)")
+    add("--seeds", type=int_arg, help="seeds per cell (0..N-1)")
     add("--tokenizer", help="bytes or gpt2")
     add("--corpus", help="shakespeare, a local .txt/.jsonl path, or a Hugging Face dataset name")
-    add("--seq-len", type=_int)
-    add("--tokens", type=_int, help="training tokens per run (default tokens-per-param x params)")
-    add("--tokens-per-param", type=float, help="default 20 (Chinchilla)")
-    add("--max-tokens", type=_int, help="cap on tokens per run")
-    add("--batch-size", type=_int, help="sequences per step (default: the rung's rule)")
-    add("--lr", type=float, help="peak learning rate (default: the rung's rule)")
-    add("--warmup-steps", type=_int)
-    add("--max-steps", type=_int, help="cap every run's steps (changes run ids; smoke tests)")
+    add("--seq-len", type=int_arg)
+    add("--tokens", type=int_arg, help="training tokens per run (default tokens-per-param x params)")
+    add("--tokens-per-param", type=float_arg, help="default 20 (Chinchilla)")
+    add("--max-tokens", type=int_arg, help="cap on tokens per run")
+    add("--batch-size", type=int_arg, help="sequences per step (default: the rung's rule)")
+    add("--lr", type=float_arg, help="peak learning rate (default: the rung's rule)")
+    add("--warmup-steps", type=int_arg)
+    add("--max-steps", type=int_arg, help="cap every run's steps (changes run ids; smoke tests)")
     add("--engine", help="torch or deepspeed")
     add("--backend", default="local", help=f"executor: {', '.join(EXECUTORS)}")
-    add("--max-parallel", type=_int, help="runs at once (local: default one per GPU, else 1)")
-    add("--max-retries", type=_int, default=1, help="retries of a failed run (default 1)")
-    add("--bootstrap", type=_int, default=DEFAULT_BOOTSTRAP, help="bootstrap resamples of the fits")
+    add("--max-parallel", type=int_arg, help="runs at once (local: default one per GPU, else 1)")
+    add("--max-retries", type=int_arg, default=1, help="retries of a failed run (default 1; ray: per trial too)")
+    add("--wait", action="store_true", help="slurm: wait for the jobs, then write the report")
+    add("--bootstrap", type=int_arg, default=DEFAULT_BOOTSTRAP, help="bootstrap resamples of the fits")
     add("--dry-run", action="store_true", help="print the plan and write nothing")
     add("--force", action="store_true", help="run a plan that is too big for this machine anyway")
     add("--no-progress", action="store_true", help="no progress bars")
     add("--no-report", action="store_true", help="train and evaluate only; skip the fits and the report")
+    add_flags(p)
     return p
 
 
@@ -75,39 +74,74 @@ FLAG_KEYS = ("preset", "name", "families", "sizes", "seeds", "tokenizer", "corpu
              "tokens_per_param", "max_tokens", "batch_size", "lr", "warmup_steps", "max_steps")
 
 
-def study_from_args(args: argparse.Namespace) -> StudySpec:
-    """The study the flags (and `--spec` file) describe; StudyError on bad input."""
+def study_from_args(args: argparse.Namespace, world_size: int = 1) -> StudySpec:
+    """The study the flags (and `--spec` file) describe; StudyError on bad input.
+
+    Runs spread over more than one GPU (`world_size` > 1) use the DeepSpeed engine (a resource:
+    run ids do not change)."""
     flags: dict[str, Any] = {key: getattr(args, key) for key in FLAG_KEYS}
-    if args.engine is not None:
-        flags["resources"] = {"engine": args.engine}
+    engine = "deepspeed" if world_size > 1 else args.engine
+    if engine is not None:
+        flags["resources"] = {"engine": engine}
     toml = load_toml(args.spec) if args.spec else None
     return build_study(flags, toml)
 
 
-# backend name -> its constructor's keyword arguments from the flags (cluster backends add theirs)
-BACKEND_OPTIONS: dict[str, Callable[[argparse.Namespace, Path], dict[str, Any]]] = {
-    "local": lambda args, study_dir: {"max_parallel": args.max_parallel},
-}
-
-
-def _check(args: argparse.Namespace) -> tuple[StudySpec, Path]:
-    if args.backend not in EXECUTORS:
-        raise StudyError(f"backend: unknown backend {args.backend!r}; valid: {', '.join(EXECUTORS)}")
+def _check(args: argparse.Namespace) -> tuple[StudySpec, Path, Any]:
+    """Validate everything (study, study dir, backend options) before anything is written."""
+    if args.backend not in EXECUTORS or args.backend not in BACKENDS:
+        raise StudyError(f"backend: unknown backend {args.backend!r}; valid: {', '.join(BACKENDS)}")
     if args.max_retries < 0:
         raise StudyError(f"max-retries: must be >= 0, got {args.max_retries}")
-    study = study_from_args(args)
+    if args.wait and not BACKENDS[args.backend].detached:
+        raise StudyError(f"wait: --backend {args.backend} always waits; fix: drop --wait")
+    check_foreign_flags(args)
+    backend = BACKENDS[args.backend]
+    study = study_from_args(args)  # study errors first: they need no cluster
+    options = backend.options(args)
+    world_size = backend.world_size(options)
+    if world_size > 1:
+        study = study_from_args(args, world_size)
     study_dir = Path(args.study_dir) if args.study_dir else STUDIES_ROOT / study.name
     ledger.check_study_dir(study_dir, study)
-    return study, study_dir
+    return study, study_dir, options
 
 
-def launch(args: argparse.Namespace, study: StudySpec, study_dir: Path) -> int:
-    """Train and evaluate every run, then write the report; 0 when every run is done."""
+def launch(args: argparse.Namespace, study: StudySpec, study_dir: Path, options: Any = None) -> int:
+    """Train and evaluate every run, then write the report; 0 when every run is done.
+
+    A detached backend (slurm) without `--wait` only submits and returns 0 (see `submit_only`)."""
     ledger.prepare(study_dir, study)
-    options = BACKEND_OPTIONS.get(args.backend, lambda a, d: {})(args, study_dir)
-    executor = get_executor(args.backend, **options)
+    backend = BACKENDS[args.backend]
+    if options is None:
+        options = backend.options(args)
+    executor = backend.executor(options, study_dir)
+    run_dirs = [ledger.run_dir(study_dir, r) for r in study.run_ids]
+    attached = backend.attach(executor, run_dirs)
+    if backend.detached and not args.wait:
+        return submit_only(args, study, study_dir, executor, attached)
     progress = False if args.no_progress else None
-    final = Scheduler(study_dir, study.run_ids, executor, args.max_retries, progress).run()
+    final = Scheduler(study_dir, study.run_ids, executor, args.max_retries, progress, attached).run()
+    return finish(args, study, study_dir, final)
+
+
+def submit_only(args: argparse.Namespace, study: StudySpec, study_dir: Path, executor: Executor,
+                attached: dict[str, Any]) -> int:
+    """Submit every run that is neither done, out of retries, queued nor running; return at once."""
+    views = [ledger.view(study_dir, r) for r in study.run_ids]
+    todo = [v.run_id for v in views if v.run_id not in attached and to_submit(v, args.max_retries)]
+    handles = submit_runs(executor, [ledger.run_dir(study_dir, r) for r in todo])
+    jobs = sorted({h.job_id.split("_")[0] for h in handles})
+    counts = Counter(v.state for v in views if v.run_id not in todo and v.run_id not in attached)
+    left = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+    print(f"study {study.name}: submitted {len(todo)} runs" + (f" as job {', '.join(jobs)}" if jobs else "")
+          + (f"; {len(attached)} already queued" if attached else "") + (f"; {left}" if left else ""))
+    print(f"follow with: python -m scaling.status {study_dir}  (relaunch with --wait to wait and write the report)")
+    return 0
+
+
+def finish(args: argparse.Namespace, study: StudySpec, study_dir: Path, final: dict[str, str]) -> int:
+    """Print the outcome and write the report; 0 when every run is done and the report written."""
     counts = Counter(final.values())
     print(f"study {study.name}: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
     for run_id, state in final.items():
@@ -140,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exit_:  # --help or a parse error (already printed as one line)
         return int(exit_.code or 0)
     try:
-        study, study_dir = _check(args)
+        study, study_dir, options = _check(args)
     except StudyError as error:
         print(f"launch: {error}", file=sys.stderr)
         return 2
@@ -154,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"launch: {why}", file=sys.stderr)
         return 2
     print(f"study {study.name}: {len(rows)} runs in {study_dir}", flush=True)
-    return launch(args, study, study_dir)
+    return launch(args, study, study_dir, options)
 
 
 if __name__ == "__main__":

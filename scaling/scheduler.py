@@ -4,6 +4,8 @@ Idempotent by construction: every decision is re-read from the ledger. Done runs
 interrupted and preempted runs are resubmitted (the trainer resumes from its last checkpoint),
 failed runs are retried while `failures <= max_retries`, and a run whose lock another live
 process holds (a second launcher) is set aside and looked at again once that lock is released.
+Runs decided in one pass go to the executor together (`submit_all`, e.g. one Slurm job array),
+and runs an earlier launch left queued (`attached` handles) are waited on, not resubmitted.
 """
 from __future__ import annotations
 
@@ -21,16 +23,34 @@ from . import ledger
 POLL_S = 0.25
 
 
+def is_final(run: ledger.RunView, max_retries: int) -> bool:
+    """Done, or failed more often than retries allow."""
+    return run.state == "done" or (run.state == "failed" and run.failures > max_retries)
+
+
+def to_submit(run: ledger.RunView, max_retries: int) -> bool:
+    """Whether the run still has to be trained and nobody is training it now."""
+    return not is_final(run, max_retries) and run.state != "running"
+
+
+def submit_runs(executor: Executor, run_dirs: list[Path]) -> list[Handle]:
+    """Submit together (`executor.submit_all`, one job array or Tune grid) where the executor can."""
+    submit_all = getattr(executor, "submit_all", None)
+    return list(submit_all(run_dirs)) if submit_all else [executor.submit(d) for d in run_dirs]
+
+
 class Scheduler:
     """One launch over one study directory."""
 
     def __init__(self, study_dir: str | Path, run_ids: list[str], executor: Executor,
-                 max_retries: int = 1, progress: bool | None = None) -> None:
+                 max_retries: int = 1, progress: bool | None = None,
+                 attached: dict[str, Handle] | None = None) -> None:
         self.study_dir = Path(study_dir)
         self.executor = executor
         self.max_retries = max_retries
-        self.queue: deque[str] = deque(run_ids)
-        self.active: dict[str, Handle] = {}
+        attached = attached or {}
+        self.queue: deque[str] = deque(r for r in run_ids if r not in attached)
+        self.active: dict[str, Handle] = {r: h for r, h in attached.items() if r in run_ids}
         self.waiting: set[str] = set()  # held by another process
         self.final: dict[str, str] = {}
         self.trained: list[str] = []  # runs this launch submitted
@@ -56,24 +76,29 @@ class Scheduler:
             self.bar.close()
         return self.final
 
-    def _has_slot(self) -> bool:
+    def _has_slot(self, batch: int) -> bool:
         slots = getattr(self.executor, "slots", None)
-        return slots is None or len(self.active) < slots
+        return slots is None or len(self.active) + batch < slots
 
     def _fill(self) -> None:
-        while self.queue and self._has_slot():
-            self._decide(self.queue.popleft())
+        batch: list[str] = []
+        while self.queue and self._has_slot(len(batch)):
+            run_id = self.queue.popleft()
+            if self._decide(run_id):
+                batch.append(run_id)
+        if batch:
+            handles = submit_runs(self.executor, [ledger.run_dir(self.study_dir, r) for r in batch])
+            self.active.update(zip(batch, handles))
+            self.trained.extend(batch)
 
-    def _decide(self, run_id: str) -> None:
-        """Skip, set aside or submit one run, from what the ledger says now."""
+    def _decide(self, run_id: str) -> bool:
+        """Skip or set aside one run from what the ledger says now; True when it is to be submitted."""
         run = ledger.view(self.study_dir, run_id)
-        if run.state == "done" or (run.state == "failed" and run.failures > self.max_retries):
+        if is_final(run, self.max_retries):
             self._finalize(run_id, run.state, run.reason)
         elif run.state == "running":
             self.waiting.add(run_id)
-        else:
-            self.active[run_id] = self.executor.submit(ledger.run_dir(self.study_dir, run_id))
-            self.trained.append(run_id)
+        return to_submit(run, self.max_retries)
 
     def _reap(self) -> None:
         for run_id, handle in list(self.active.items()):

@@ -1,5 +1,9 @@
 """`python -m scaling.status <study>`: runs by state with progress, loss and ETA.
 
+A study submitted to Slurm gets a `queue` column: the scheduler's state of each run's job
+(PENDING, RUNNING, COMPLETED, ...; `UNKNOWN` when Slurm cannot be asked, `-` for a run never
+submitted) beside the ledger state.
+
 Exit status: 0 when every run is done, 1 otherwise, 2 when the path holds no study.
 """
 from __future__ import annotations
@@ -11,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from jobs.executors.slurm import queue_states
 from jobs.runfiles import METRICS_FILE
 
 from . import ledger
@@ -18,6 +23,7 @@ from .study import StudyError
 
 TAIL_BYTES = 65_536  # enough for the last few dozen metric rows
 COLUMNS = ("run_id", "family", "variant", "size", "seed", "state", "progress", "loss", "eta", "tries")
+QUEUE_COLUMN = "queue"
 
 
 def last_train_row(run_dir: Path) -> dict[str, Any] | None:
@@ -68,18 +74,22 @@ def row_for(study_dir: Path, run_id: str, info: dict[str, Any]) -> tuple[str, ..
 
 
 def table(study_dir: Path) -> tuple[list[tuple[str, ...]], Counter]:
-    """Rows in launch order and the count of runs per state."""
+    """Rows in launch order and the count of runs per state (plus `queue` for Slurm studies)."""
     doc = ledger.read_study(study_dir)
     if doc is None:
         raise StudyError(f"study: {study_dir} holds no study.json; pass a study directory made by scaling.launch")
     rows = [row_for(study_dir, run_id, doc["runs"][run_id]) for run_id in doc["order"]]
+    queue = queue_states(study_dir)
+    if queue:
+        rows = [(*row, queue.get(row[0], {}).get("queue_state", "-")) for row in rows]
     return rows, Counter(row[5] for row in rows)
 
 
 def render(rows: list[tuple[str, ...]]) -> str:
-    """Fixed-width text table with a header."""
-    lines = [COLUMNS, *rows]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(COLUMNS))]
+    """Fixed-width text table with a header (`queue` as last column when the rows have it)."""
+    header = COLUMNS + (QUEUE_COLUMN,) if rows and len(rows[0]) > len(COLUMNS) else COLUMNS
+    lines = [header, *rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines)
 
 

@@ -59,7 +59,7 @@ class RayOptions:
 
 def validate_ray_options(opts: RayOptions) -> None:
     """Check the options, that Ray is importable and `address` answers, before anything is written."""
-    if importlib.util.find_spec("ray") is None or importlib.util.find_spec("ray.tune") is None:
+    if not ray_importable():
         raise ValueError("backend: ray is not installed; fix: pip install 'aoscale[ray]' or use --backend local")
     if opts.cpus_per_trial <= 0:
         raise ValueError(f"cpus_per_trial: {opts.cpus_per_trial} must be > 0; fix: e.g. --cpus-per-trial 1")
@@ -70,6 +70,14 @@ def validate_ray_options(opts: RayOptions) -> None:
             raise ValueError(f"{name}: {value} must be >= 0; fix: pass a non-negative number")
     if opts.address:
         check_reachable(opts.address)
+
+
+def ray_importable() -> bool:
+    """Whether `ray.tune` can be imported (a broken install that raises on import counts as absent)."""
+    try:
+        return importlib.util.find_spec("ray") is not None and importlib.util.find_spec("ray.tune") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def check_reachable(address: str) -> None:

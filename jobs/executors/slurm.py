@@ -283,6 +283,15 @@ class SlurmExecutor:
         _merge_json(self.log_root / JOBS_FILE, {h.run_dir.name: h.job_id for h in handles})
         return handles
 
+    def attach(self, run_dirs: Sequence[str | Path]) -> dict[str, QueuedHandle]:
+        """Run dir name -> handle, for those of `run_dirs` whose Slurm job (from an earlier
+        submission) is still pending or running: a relaunch waits on it instead of resubmitting."""
+        poller = _QueuePoller(self.study_dir)
+        queued = {run: info["job_id"] for run, info in queue_states(self.study_dir).items()
+                  if queue_active(info["queue_state"])}
+        return {Path(d).name: QueuedHandle(poller, Path(d), queued[Path(d).name])
+                for d in run_dirs if Path(d).name in queued}
+
     def shutdown(self) -> None:
         """Nothing to stop here: submitted jobs belong to the cluster (cancel with `scancel`)."""
 
@@ -317,6 +326,57 @@ def _merge_json(path: Path, entries: dict[str, str]) -> None:
     current = runfiles.read_json(path, default={})
     current.update(entries)
     runfiles.atomic_write_json(path, current)
+
+
+ACTIVE_LEDGER_STATES = ("pending", "running", "preempted")  # queue states of a job still to run
+QUEUE_POLL_S = 2.0  # squeue/sacct at most this often per study
+
+
+def queue_active(queue_state: str) -> bool:
+    """Whether a job in this scheduler state will still run (or is running)."""
+    return QUEUE_TO_LEDGER.get(queue_state) in ACTIVE_LEDGER_STATES
+
+
+class _QueuePoller:
+    """`queue_states(study_dir)`, asked at most once per QUEUE_POLL_S and shared by handles."""
+
+    def __init__(self, study_dir: Path) -> None:
+        self.study_dir = study_dir
+        self._states: dict[str, dict[str, str]] = {}
+        self._at = float("-inf")
+
+    def get(self, run_id: str) -> str:
+        if time.monotonic() - self._at >= QUEUE_POLL_S:
+            self._states, self._at = queue_states(self.study_dir), time.monotonic()
+        return self._states.get(run_id, {}).get("queue_state", "UNKNOWN")
+
+
+class QueuedHandle:
+    """A run an earlier submission queued: done once its job leaves the queue; result = ledger state."""
+
+    def __init__(self, poller: _QueuePoller, run_dir: Path, job_id: str) -> None:
+        self.poller = poller
+        self.run_dir = Path(run_dir)
+        self.job_id = job_id
+
+    @property
+    def queue_state(self) -> str:
+        return self.poller.get(self.run_dir.name)
+
+    @property
+    def state(self) -> str:
+        """status.json's state once final, else the queue state mapped to a ledger state."""
+        ledger = _ledger_state(self.run_dir)
+        return ledger if ledger in ("done", "failed") else QUEUE_TO_LEDGER.get(self.queue_state, ledger)
+
+    def done(self) -> bool:
+        return not queue_active(self.queue_state)
+
+    def result(self, poll_s: float = QUEUE_POLL_S) -> str:
+        """Wait for the job to leave the queue; the run's ledger state then."""
+        while not self.done():
+            time.sleep(poll_s)
+        return _ledger_state(self.run_dir)
 
 
 def queue_states(study_dir: str | Path) -> dict[str, dict[str, str]]:
