@@ -6,7 +6,10 @@ uninterrupted run; a job killed without a result must come back as failed.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -101,12 +104,22 @@ def test_signal_checkpoints_requeues_and_resumes_exactly(tmp_path, data_kit, one
     assert curve(run) == reference_curve
 
 
+def kill_job_processes(job_id: str) -> None:
+    """SIGKILL every process of the job's steps (`scontrol listpids`), like the OOM killer would."""
+    listing = subprocess.run(["scontrol", "listpids", job_id], capture_output=True, text=True, check=True).stdout
+    pids = [int(line.split()[0]) for line in listing.splitlines()[1:] if line.split() and line.split()[0].isdigit()]
+    assert pids, listing
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 @cluster
 def test_job_killed_without_result_is_failed(tmp_path, data_kit, one_thread):
     run = make_run(tmp_path, tiny_spec(seed=4, steps=LONG_STEPS))
     handle = SlurmExecutor(tmp_path, SlurmOptions(partition="debug", time_min=10), pipeline=PIPELINE).submit(run)
     wait_until(running_at(run, 5), JOB_TIMEOUT_S, "the run to start training")
-    subprocess.run(["scancel", "--signal=KILL", handle.job_id], check=True)
+    kill_job_processes(handle.job_id)  # dies as an OOM kill would: no result, no checkpoint
     assert handle.result() == "failed"
     assert handle.state == "failed"
     assert status(run)["state"] == "failed" and handle.job_id in status(run)["reason"]
