@@ -1,9 +1,12 @@
 """Step time (forward + backward + AdamW step) of every family at one shape, as ratios to `ar`.
 
-Families are timed round-robin (one step of each per round) so machine noise hits all alike;
-the figure per family is the median over rounds. Targets: aogpt(adaln) <= 1.10x ar, mdm <= 1.05x.
+Each family is timed in a pair with a fresh `ar` at the same shape, alternating blocks of steps
+of each, so slow drifts of the machine hit both alike; within a block the model runs in steady
+state (one step at a time of many models evicts each one's working set and distorts the ratios).
+The figure is the ratio of the pair's median wall times: run it on an otherwise idle machine.
+Targets: aogpt(adaln) <= 1.10x ar, mdm <= 1.05x.
 
-    python bench/bench_models.py [--size 3M] [--seq-len 256] [--batch 8] [--rounds 15]
+    python bench/bench_models.py [--size 3M] [--seq-len 256] [--batch 8] [--rounds 4] [--block 4]
 """
 from __future__ import annotations
 
@@ -36,11 +39,11 @@ def make_step(family, options, args):
     tokens = torch.randint(0, args.vocab, (args.batch, args.seq_len), generator=gen)
 
     def step() -> float:
-        start = time.process_time()  # CPU seconds of this process: robust to other load
+        start = time.perf_counter()
         model.loss(tokens, gen).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return time.process_time() - start
+        return time.perf_counter() - start
 
     return step
 
@@ -51,25 +54,30 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--vocab", type=int, default=257)
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--block", type=int, default=4, help="consecutive steps per model per round")
     args = parser.parse_args()
     torch.manual_seed(0)
-    steps = {name: make_step(fam, opts, args) for name, (fam, opts) in VARIANTS.items()}
-    times = {name: [] for name in steps}
-    for r in range(args.warmup + args.rounds):
-        for name, step in steps.items():
-            elapsed = step()
-            if r >= args.warmup:
-                times[name].append(elapsed)
-    base = statistics.median(times["ar"])
     print(f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, threads "
           f"{torch.get_num_threads()}; size {args.size}, seq_len {args.seq_len}, batch {args.batch}, "
-          f"vocab {args.vocab}; median CPU time of {args.rounds} interleaved rounds")
-    print(f"{'family':24s} {'step_cpu_s':>10s} {'ratio_to_ar':>11s}")
-    for name, values in times.items():
-        median = statistics.median(values)
-        print(f"{name:24s} {median:10.4f} {median / base:11.3f}")
+          f"vocab {args.vocab}; median wall time over {args.rounds} rounds of {args.block}-step blocks, each family paired with ar")
+    print(f"{'family':24s} {'step_s':>10s} {'ar_s':>9s} {'ratio_to_ar':>11s}")
+    for name, (family, options) in VARIANTS.items():
+        variant, ar = median_pair(make_step(family, options, args), make_step("ar", {}, args), args)
+        print(f"{name:24s} {variant:10.4f} {ar:9.4f} {variant / ar:11.3f}")
+
+
+def median_pair(step, reference, args) -> tuple[float, float]:
+    """Median step time of `step` and `reference`, alternating blocks of `--block` steps.
+
+    The first step of each block is dropped: it pays for the other model's freed memory being
+    faulted back in, which is a property of the alternation, not of the model.
+    """
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(args.rounds):
+        for i, fn in ((1, reference), (0, step)):
+            times[i].extend([fn() for _ in range(args.block)][1:])
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 if __name__ == "__main__":
