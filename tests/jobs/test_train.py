@@ -18,7 +18,8 @@ import torch
 from jobs import checkpoint as ckpt
 from jobs.runfiles import read_metrics, read_status
 from jobs.spec import RunSpec
-from jobs.train import lr_at, main, request_stop, train
+from jobs.train import lr_at, request_stop, train
+from jobs.train_cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -269,7 +270,7 @@ def test_cli_exit_status_2_in_a_real_process(tmp_path):
 
 
 def test_cli_set_and_tokens(tmp_path):
-    from jobs.train import build_parser, spec_from_args
+    from jobs.train_cli import build_parser, spec_from_args
 
     args = build_parser().parse_args([
         "--run-dir", str(tmp_path), "--family", "aogpt", "--size", "0.1M", "--tokens", "1000",
