@@ -136,3 +136,95 @@ def test_factor_levels_from_the_spec_become_record_columns(tmp_path):
     assert "wandb" not in merged.columns
     again = write_records(tmp_path, to_frame([row]))
     assert again.equals(read_records(tmp_path)) and again.height == 1
+
+
+# ---- LAMBADA against a brute-force per-item decode ---------------------------------------------
+def _slot_logits(model, seq: list[int]) -> torch.Tensor:
+    """Logits [L, V] for one sequence, slot j predicting seq[j] from seq[:j] (identity order)."""
+    tokens = torch.tensor([seq])
+    if model.family == "ar":
+        return model(tokens)[0]
+    return model(tokens, torch.arange(len(seq))[None])[0]
+
+
+def _truncate(model, context: list[int], target: list[int]) -> list[int]:
+    return context[-(model.seq_len - len(target)):]
+
+
+def _brute_force_hits(model, items) -> int:
+    """Items one at a time: every target token must be the argmax at its slot."""
+    hits = 0
+    for context, target in items:
+        context = _truncate(model, context, target)
+        slots = _slot_logits(model, context + target)[len(context):]
+        hits += int(slots.argmax(-1).tolist() == target)
+    return hits
+
+
+def _greedy_target(model, context: list[int], length: int) -> list[int]:
+    """The model's own greedy continuation, decoded token by token (a dummy fills the slot)."""
+    out: list[int] = []
+    for _ in range(length):
+        out.append(int(_slot_logits(model, context + out + [0])[-1].argmax()))
+    return out
+
+
+def _planted_items(model, items):
+    """Every other item's target replaced by the model's greedy continuation of its context."""
+    planted = []
+    for i, (context, target) in enumerate(items):
+        if i % 2 == 0:
+            target = _greedy_target(model, _truncate(model, context, target), len(target))
+        planted.append((context, target))
+    return planted
+
+
+def test_lambada_rows_contract_and_brute_force(runs, data_kit, monkeypatch):
+    from jobs import datasets
+    from jobs.checkpoint import load_model
+    from jobs.data import get_encoding
+
+    settings = ev.make_settings("paper", data_dir=str(data_kit))
+    model, spec, _ = load_model(runs["ar"])
+    real = datasets.load_lambada(get_encoding(spec.tokenizer), data_dir=str(data_kit))
+    assert len(real) == 5153  # OpenAI LAMBADA test split
+    with torch.no_grad():
+        (row,) = ev.lambada_rows(model, spec, {"study": "t"}, settings)
+        expected = _brute_force_hits(model, real) / len(real)
+    assert (row["metric"], row["unit"], row["n_samples"]) == ("lambada_acc", "fraction", 5153)
+    assert (row["dataset"], row["split"]) == ("lambada", "test")
+    assert row["value"] == pytest.approx(expected, abs=1e-12)
+    assert row["se"] == pytest.approx(math.sqrt(expected * (1 - expected) / 5153), abs=1e-12)
+    for family in ("ar", "aogpt"):  # planted hits make the comparison non-trivial
+        model, spec, _ = load_model(runs[family])
+        with torch.no_grad():
+            items = _planted_items(model, real[:48])
+            expected = _brute_force_hits(model, items) / len(items)
+            monkeypatch.setattr(datasets, "load_lambada", lambda enc, data_dir=None: items)
+            (row,) = ev.lambada_rows(model, spec, {"study": "t"}, settings)
+        assert expected >= 0.5 and row["n_samples"] == 48
+        assert row["value"] == pytest.approx(expected, abs=1e-12)
+        assert row["se"] == pytest.approx(math.sqrt(expected * (1 - expected) / 48), abs=1e-12)
+
+
+# ---- the paper suite's generation stage --------------------------------------------------------
+def test_paper_suite_generation_rows(runs):
+    small = dict(val_chunks=2, k_mc=2, m_max=2, n_targets=4, ensemble_chunks=2)  # no data dir: no zero-shot
+    n = gen.GenSettings().n_samples
+    for family in ("ar", "aogpt"):
+        frame = ev.evaluate(runs[family], "paper", **small).filter(pl.col("metric").str.starts_with("gen_"))
+        assert frame["value"].is_finite().all() and (frame["value"] > 0).all()
+        assert frame["n_samples"].to_list() == [n] * len(frame)
+        ppl = frame.filter(pl.col("metric") == "gen_ppl")
+        assert ppl["evaluator"].to_list() == [runs["ar"].name]
+        assert (ppl["value"] >= 1).all() and (ppl["se"] > 0).all()
+        assert len(frame.filter(pl.col("metric") == "gen_time_s")) == 1
+        # AR: one step per token (L = 32); aogpt: the requested T (the sampler caps it at L)
+        assert ppl["steps"].to_list() == ([32] if family == "ar" else list(gen.GenSettings().steps))
+        joint = frame.filter(pl.col("metric") == "gen_self_nll").sort("tokens_per_step")
+        if family == "ar":
+            assert joint.is_empty()
+            continue
+        assert joint["tokens_per_step"].to_list() == [1, 2, 4, 8]
+        assert joint["steps"].to_list() == [32, 16, 8, 4]  # ceil(L / k)
+        assert set(joint["estimator"]) == {"decode_order"} and (joint["se"] > 0).all()
