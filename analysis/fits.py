@@ -122,8 +122,9 @@ def fit_points(points: tuple[Point, ...], *, labels: dict, x: str, form: str, na
     point = _to_original(theta[None, :], x_ref)[0]
     lo, hi = percentile_ci(boot)
     params = {n: Param(float(point[i]), (float(lo[i]), float(hi[i]))) for i, n in enumerate(names)}
-    notes = "; ".join(dropped + _boundary_notes(point))
-    return CurveFit(**base, params=params, status="ok", reason=notes,
+    boundary = _boundary_notes(point)  # a flat or step-like curve: the power law is not identified
+    notes = "; ".join(dropped + boundary)
+    return CurveFit(**base, params=params, status="at_bound" if boundary else "ok", reason=notes,
                     predictions=_predictions(point, boot, xs.max()), samples=boot)
 
 
@@ -134,7 +135,8 @@ def _to_original(theta: np.ndarray, x_ref: float) -> np.ndarray:
 
 def _boundary_notes(point: np.ndarray) -> list[str]:
     lo, hi = powerlaw.BOUNDS[2]
-    return [f"exponent at its bound ({point[2]:.3g})"] if np.isclose(point[2], [lo, hi], rtol=1e-6).any() else []
+    at_bound = point[2] < 2 * lo or point[2] > 0.99 * hi  # within a hair of the search box
+    return [f"exponent at its bound ({point[2]:.3g})"] if at_bound else []
 
 
 def predict(params: np.ndarray, x: float) -> np.ndarray:

@@ -79,3 +79,12 @@ def test_inverse_is_the_inverse_of_predict():
     curve = powerlaw.PowerLaw(*TRUTH)
     np.testing.assert_allclose(curve.inverse(curve.predict(X)), X, rtol=1e-9)
     assert np.isinf(curve.inverse(TRUTH[0] - 0.1))
+
+
+@pytest.mark.parametrize("curve", [(3.786, 3.785, 3.787), (2.9, 2.62, 2.62)])  # flat; a step, then flat
+def test_curves_that_are_no_power_law_are_flagged_at_bound_not_ok(curve):
+    rng = np.random.default_rng(7)
+    points = tuple(Point(f"s{i}", x, (0, 1), tuple(v + 0.001 * rng.standard_normal(2)), f"s{i}")
+                   for i, (x, v) in enumerate(zip((1e5, 3.3e5, 1e6), curve)))  # the quickstart's rungs
+    fit = fit_points(points, labels={}, x="n_params", form="", names=POWER_NAMES, resamples=50, seed=0)
+    assert fit.status == "at_bound" and "exponent at its bound" in fit.reason
