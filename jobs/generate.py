@@ -145,7 +145,7 @@ def generation_rows(model, spec, ctx: dict, run_dir: Path, seed: int = GEN_SEED,
         start = time.perf_counter()
         out = SAMPLERS[model.family](model, gs, length, steps, g)
         elapsed = time.perf_counter() - start
-        extra = dict(steps=steps, estimator=_method(model, gs))
+        extra = dict(steps=out.steps, estimator=_method(model, gs))  # the steps run, not those asked for
         rows.append(_gen_record(ctx, "gen_time_s", elapsed, "s", gs.n_samples, **extra))
         if evaluator is not None:
             value, se = _mean_se(lk.sample_ppl(evaluator, out.tokens))

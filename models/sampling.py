@@ -65,6 +65,7 @@ class Generation:
     counts: list[int] = field(default_factory=list)
     n_forward: int = 0  # batched network calls
     n_rows: int = 0  # sequences passed through the network, summed over calls
+    steps: int = 0  # sampling steps actually run (a decoder's T is capped at the length)
     step_logits: list[torch.Tensor] = field(default_factory=list)  # filled when recording
 
 
@@ -132,7 +133,8 @@ def generate_ar(model, batch: int, length: int, sampling: Sampling = Sampling(),
     _check_length(model, length)
     cache = KVCache(model.shape.n_layer)
     x = model.start_slot(batch)
-    out = Generation(torch.empty(batch, length, dtype=torch.long, device=x.device), counts=[1] * length)
+    out = Generation(torch.empty(batch, length, dtype=torch.long, device=x.device), counts=[1] * length,
+                     steps=length)
     for i in range(length):
         h = model.core(x, attn_mask=causal_mask(x.shape[1], cache.length, x.device), cache=cache)
         cache.commit(x.shape[1])
@@ -210,7 +212,7 @@ def generate_aogpt(model, batch: int, length: int, steps: int | None = None, sch
         order = torch.rand(batch, length, generator=generator, device=dev).argsort(1)
     counts = step_counts(schedule, length, steps or length, generator)
     tokens = torch.zeros(batch, length, dtype=torch.long, device=dev)
-    out = Generation(tokens, order, counts)
+    out = Generation(tokens, order, counts, steps=len(counts))
     cache = KVCache(model.shape.n_layer) if use_cache else None
     j = 0
     for k in counts:
@@ -320,7 +322,7 @@ def generate_mdm(model, batch: int, length: int, steps: int, sampler: str = "anc
     if masked.any():
         frac = (1 - model.options["eps"]) * grid[-1]
         counts.append(_reveal(den, masked, den(frac, masked.any(1)), sampling, generator))
-    return Generation(x, counts=counts, n_forward=den.n_forward, n_rows=den.n_rows)
+    return Generation(x, counts=counts, n_forward=den.n_forward, n_rows=den.n_rows, steps=steps)
 
 
 def _coin(shape, p, generator, device) -> torch.Tensor:
