@@ -122,12 +122,13 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
         self.modulation = nn.Linear(cfg.cond_dim, 6 * cfg.d_model) if cfg.cond_dim else None
 
-    def forward(self, x, cond=None, cond_index=None, attn_mask=None, is_causal=False, cache=None, layer=0):
+    def forward(self, x, mod=None, attn_mask=None, is_causal=False, cache=None, layer=0):
+        """mod: this block's (shift, 1 + scale, gate) x 2 per token, or None without conditioning."""
         attend = lambda h: self.attn(h, attn_mask, is_causal, cache, layer)  # noqa: E731
-        if self.modulation is None:
+        if mod is None:
             x = x + attend(self.norm1(x))
             return x + self.mlp(self.norm2(x))
-        shift1, scale1, gate1, shift2, scale2, gate2 = modulation_rows(self.modulation(cond), cond_index, 6)
+        shift1, scale1, gate1, shift2, scale2, gate2 = mod
         x = torch.addcmul(x, gate1, attend(torch.addcmul(shift1, self.norm1(x), scale1)))
         return torch.addcmul(x, gate2, self.mlp(torch.addcmul(shift2, self.norm2(x), scale2)))
 
@@ -142,37 +143,54 @@ class Transformer(nn.Module):
         self.norm = make_norm(cfg.norm, cfg.d_model, cfg.bias)
         self.final_modulation = nn.Linear(cfg.cond_dim, 2 * cfg.d_model) if cfg.cond_dim else None
 
-    def forward(self, x, *, cond=None, cond_index=None, adds=None, attn_mask=None, is_causal=False, cache=None):
+    def modulation_tables(self, cond: torch.Tensor) -> list[torch.Tensor]:
+        """adaLN projections of raw conditioning rows [..., c]: per block [6, ..., d] and for the
+        final norm [2, ..., d], each (shift, 1 + scale, gate) chunk along the first dimension.
+
+        Computed once, a table of every target position serves every decoding step."""
+        c = F.silu(cond)
+        return [split_modulation(b.modulation(c), 6) for b in self.blocks] + [
+            split_modulation(self.final_modulation(c), 2)]
+
+    def forward(self, x, *, cond=None, cond_index=None, tables=None, adds=None, attn_mask=None,
+                is_causal=False, cache=None):
         """x: [B, T, d]; cond: raw conditioning (SiLU applied here), either per token [B, T|1, c]
         or, with `cond_index` [B, T], a table [P, c] whose row cond_index[b, t] conditions token
-        (b, t): the projections then run once per table row instead of once per token.
+        (b, t): the projections then run once per table row instead of once per token. `tables`
+        are precomputed `modulation_tables` (then `cond` is not needed).
         adds: per-block tensors broadcastable to x, added before each block."""
-        c = F.silu(cond) if cond is not None else None
-        if cond_index is not None and cond_index.numel() < c.shape[0]:
-            c, cond_index = c[cond_index], None  # few tokens (KV-cache decoding): project per token
+        if tables is None and cond is not None:
+            if cond_index is not None and cond_index.numel() < cond.shape[0]:
+                cond, cond_index = cond[cond_index], None  # few tokens: project per token
+            tables = self.modulation_tables(cond)
         for i, block in enumerate(self.blocks):
             if adds is not None:
                 x = x + adds[i]
-            x = block(x, c, cond_index, attn_mask, is_causal, cache, i)
-        if self.final_modulation is None:
+            x = block(x, modulation_rows(tables, i, cond_index), attn_mask, is_causal, cache, i)
+        if tables is None:
             return self.norm(x)
-        shift, scale = modulation_rows(self.final_modulation(c), cond_index, 2)
+        shift, scale = modulation_rows(tables, -1, cond_index)
         return torch.addcmul(shift, self.norm(x), scale)
 
 
-def modulation_rows(mod: torch.Tensor, index: torch.Tensor | None, n: int) -> tuple[torch.Tensor, ...]:
-    """Split adaLN projections into n (shift, 1 + scale, gate, ...) tensors of width d.
+def split_modulation(mod: torch.Tensor, n: int) -> torch.Tensor:
+    """[..., n·d] -> [n, ..., d] with 1 added to the scale chunks (every second of a triple)."""
+    mod = mod.unflatten(-1, (n, -1)).movedim(-2, 0)
+    is_scale = torch.tensor([i % 3 == 1 for i in range(n)], dtype=mod.dtype, device=mod.device)
+    return mod + is_scale.view(n, *([1] * (mod.dim() - 1)))
 
-    `mod` is [..., n·d]; chunks are (shift, scale, gate) triples, or (shift, scale) for the final
-    norm. With `index` [B, T], `mod` is a per-position table [P, n·d] and each chunk is gathered
-    to [B, T, d] after the cheap work (adding 1 to the scales) is done once per table row.
+
+def modulation_rows(tables: list[torch.Tensor] | None, layer: int, index: torch.Tensor | None):
+    """Layer `layer`'s modulation chunks per token, or None without conditioning.
+
+    With `index` [B, T] the table is per position ([n, P, d]) and row index[b, t] is gathered
+    for token (b, t); otherwise the table already holds per-token (or per-sequence) rows.
     """
-    mod = mod.unflatten(-1, (n, -1)).movedim(-2, 0)  # [..., n·d] -> [n, ..., d]
-    is_scale = torch.tensor([i % 3 == 1 for i in range(n)], device=mod.device)
-    mod = mod + is_scale.view(n, *([1] * (mod.dim() - 1))).to(mod.dtype)
+    if tables is None:
+        return None
     if index is None:
-        return mod.unbind(0)
-    return _GatherRows.apply(mod, index)
+        return tables[layer].unbind(0)
+    return _GatherRows.apply(tables[layer], index)
 
 
 class _GatherRows(torch.autograd.Function):

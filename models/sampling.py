@@ -179,7 +179,8 @@ def _query_inputs(model, tokens, order, j: int, k: int) -> torch.Tensor:
     return _slot_inputs(model, tokens, order, j, j + 1).expand(-1, k, -1)
 
 
-def aogpt_step_logits(model, tokens, order, j: int, k: int, cache: KVCache | None = None) -> torch.Tensor:
+def aogpt_step_logits(model, tokens, order, j: int, k: int, cache: KVCache | None = None,
+                      tables: list[torch.Tensor] | None = None) -> torch.Tensor:
     """Logits [B, k] x V for targets σ_j..σ_{j+k-1} given decoded σ_<j.
 
     With a cache holding slots 0..c-1 the forward runs the catch-up slots c..j-1 and the queries,
@@ -192,7 +193,7 @@ def aogpt_step_logits(model, tokens, order, j: int, k: int, cache: KVCache | Non
     x = queries if real is None else torch.cat([real, queries], 1)
     targets = order[:, c:j + k]
     mask = decode_mask(c, j - c, k, tokens.device) if j - c + k > 1 else None  # one query sees all
-    h = model.hidden(x, targets, attn_mask=mask, cache=cache)
+    h = model.hidden(x, targets, attn_mask=mask, cache=cache, tables=tables)
     if cache is not None:
         cache.commit(j - c + 1)
     return model.logits_from_hidden(h[:, j - c:])
@@ -214,11 +215,12 @@ def generate_aogpt(model, batch: int, length: int, steps: int | None = None, sch
     tokens = torch.zeros(batch, length, dtype=torch.long, device=dev)
     out = Generation(tokens, order, counts, steps=len(counts))
     cache = KVCache(model.shape.n_layer) if use_cache else None
+    tables = model.modulation_tables()  # adaLN rows of every target position, once per decode
     j = 0
     for k in counts:
         if k == 0:
             continue
-        logits = aogpt_step_logits(model, tokens, order, j, k, cache)
+        logits = aogpt_step_logits(model, tokens, order, j, k, cache, tables)
         tokens.scatter_(1, order[:, j:j + k], sampling.draw(logits, generator))
         out.n_forward += 1
         if record:

@@ -69,6 +69,12 @@ class AOGPT(FamilyModel):
             return {"adds": [table(targets) for table in self.tpe]}
         return {}
 
+    def modulation_tables(self) -> list[torch.Tensor] | None:
+        """adaLN projections of every target position (fixed weights: compute once per decode)."""
+        if self.options["target_pe"] != "adaln":
+            return None
+        return self.core.modulation_tables(self.tpe[0].weight)
+
     def hidden(self, x: torch.Tensor, targets: torch.Tensor, **core_kwargs) -> torch.Tensor:
         """Run the core on slot embeddings x [B, T, d] conditioned on targets [B, T]."""
         if self.options["target_pe"] == "input":

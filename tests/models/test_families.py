@@ -135,17 +135,17 @@ def test_bad_tokens_are_rejected():
 
 
 def test_gathered_modulation_matches_plain_indexing_in_value_and_gradient():
-    from models.core import modulation_rows
+    from models.core import modulation_rows, split_modulation
 
     gen = torch.Generator().manual_seed(0)
     table = torch.randn(5, 3 * 4, generator=gen, dtype=torch.float64, requires_grad=True)
     index = torch.randint(0, 5, (2, 7), generator=gen)  # repeated rows accumulate gradients
-    fast = modulation_rows(table, index, 3)
-    plain = modulation_rows(table[index], None, 3)
+    fast = modulation_rows([split_modulation(table, 3)], 0, index)
+    plain = modulation_rows([split_modulation(table[index], 3)], 0, None)
     weights = [torch.randn(2, 7, 4, generator=gen, dtype=torch.float64) for _ in range(3)]
     for a, b in zip(fast, plain):
         assert torch.equal(a, b)
     (grad_fast,) = torch.autograd.grad(sum((w * a).sum() for w, a in zip(weights, fast)), table)
     (grad_plain,) = torch.autograd.grad(sum((w * b).sum() for w, b in zip(weights, plain)), table)
     assert torch.allclose(grad_fast, grad_plain, rtol=0, atol=1e-12)
-    assert torch.autograd.gradcheck(lambda t: modulation_rows(t, index, 3), (table,))
+    assert torch.autograd.gradcheck(lambda t: modulation_rows([split_modulation(t, 3)], 0, index), (table,))
