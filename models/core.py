@@ -190,6 +190,8 @@ def modulation_rows(tables: list[torch.Tensor] | None, layer: int, index: torch.
         return None
     if index is None:
         return tables[layer].unbind(0)
+    if not torch.is_grad_enabled():  # decoding: one indexing op, no autograd bookkeeping
+        return tables[layer][:, index].unbind(0)
     return _GatherRows.apply(tables[layer], index)
 
 
