@@ -17,13 +17,14 @@ import json
 import math
 import os
 import re
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import tiktoken
 import torch
+
+from jobs.runfiles import atomic_write
 
 ENDOFTEXT = "<|endoftext|>"
 SPLITS = ("train", "validation")
@@ -350,27 +351,6 @@ def _write_tokens(documents: list[str], enc: tiktoken.Encoding, handle) -> None:
         handle.write(encode_joined(batch, enc, leading_eot=start > 0).tobytes())
 
 
-def atomic_write(path: Path, write: Callable) -> None:
-    """Call `write(handle)` on a temporary file beside `path`, fsync it, then rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a cache is shared by the user's processes
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    directory = os.open(path.parent, os.O_RDONLY)  # make the rename itself durable
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
-
-
 def token_array(corpus: str, tokenizer: str, split: str) -> np.ndarray:
     """The split's tokens (documents joined by end-of-text) as a read-only memory map.
 
@@ -381,7 +361,7 @@ def token_array(corpus: str, tokenizer: str, split: str) -> np.ndarray:
     enc = get_encoding(tokenizer)
     if not path.exists():
         documents = load_documents(corpus, split)
-        atomic_write(path, lambda handle: _write_tokens(documents, enc, handle))
+        atomic_write(path, lambda handle: _write_tokens(documents, enc, handle), mode=0o644)  # a shared cache
     dtype = token_dtype(enc.n_vocab)
     if path.stat().st_size == 0:
         return np.zeros(0, dtype=dtype)

@@ -10,9 +10,9 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 STATES = ("pending", "running", "done", "failed", "preempted")
 STATUS_FILE = "status.json"
@@ -30,21 +30,30 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write `data` to `path` through a fsynced temporary file and a rename."""
+def atomic_write(path: str | Path, write: Callable[[BinaryIO], Any], mode: int | None = None) -> None:
+    """Call `write(handle)` on a temporary file beside `path`, fsync it, rename it into place and
+    fsync the directory; a crash leaves either the old file or the new one, never a half file.
+    `mode` sets the permissions (the temporary file is created 0600)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write `data` to `path` atomically (see `atomic_write`)."""
+    atomic_write(path, lambda handle: handle.write(data))
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
