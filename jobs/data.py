@@ -369,11 +369,20 @@ def token_array(corpus: str, tokenizer: str, split: str) -> np.ndarray:
 
 
 def corpus_hash(corpus: str, tokenizer: str, split: str) -> str:
-    """sha256 (hex) of the split's token array bytes, for the run manifest."""
+    """sha256 (hex) of the split's token array bytes, for the run manifest.
+
+    Computed once and kept beside the cache file (`.sha256`): token files never change under
+    their name, and hashing a large corpus at every run start would cost minutes.
+    """
+    path = token_path(corpus, tokenizer, split)
+    sidecar = path.with_name(path.name + ".sha256")
+    if sidecar.exists():
+        return sidecar.read_text().strip()
     digest = hashlib.sha256()
-    with open(token_path(corpus, tokenizer, split), "rb") as handle:
+    with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 24), b""):
             digest.update(block)
+    atomic_write(sidecar, lambda handle: handle.write(digest.hexdigest().encode()), mode=0o644)
     return digest.hexdigest()
 
 # ---------------------------------------------------------------------------------------------

@@ -176,6 +176,10 @@ def test_corpus_hash_is_sha256_of_tokens(tmp_path, cache_dir):
     path = _jsonl_corpus(tmp_path)
     tokens = data.token_array(str(path), "gpt2", "train")
     assert data.corpus_hash(str(path), "gpt2", "train") == hashlib.sha256(tokens.tobytes()).hexdigest()
+    sidecar = data.token_path(str(path), "gpt2", "train").with_suffix(".bin.sha256")
+    assert sidecar.read_text() == hashlib.sha256(tokens.tobytes()).hexdigest()
+    sidecar.write_text("recorded")  # the second call reads the record instead of rehashing
+    assert data.corpus_hash(str(path), "gpt2", "train") == "recorded"
 
 
 def _tokenise_in_child(corpus: str, cache: str, queue) -> None:
