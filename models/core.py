@@ -69,11 +69,6 @@ class KVCache:
             self.v[i] = v if self.v[i] is None else torch.cat([self.v[i], v], dim=2)
         self.pending = [None] * len(self.pending)
 
-    def select(self, index: torch.Tensor) -> None:
-        """Keep batch rows `index` (e.g. to drop finished samples)."""
-        self.k = [None if k is None else k[index] for k in self.k]
-        self.v = [None if v is None else v[index] for v in self.v]
-
 
 class Attention(nn.Module):
     """Multi-head self-attention through `F.scaled_dot_product_attention`."""

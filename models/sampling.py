@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 
 from .core import KVCache
-from .likelihood import mdm_level, sample_ppl  # noqa: F401  (sample_ppl re-exported for callers)
+from .likelihood import mdm_level
 
 SCHEDULES = ("linear", "cosine", "bernoulli")
 MDM_SAMPLERS = ("ancestral", "analytic", "euler")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from models.ladder import Shape, core_params, get_shape
+from models.ladder import core_params, get_shape
 
 CHINCHILLA_TOKENS_PER_PARAM = 20.0  # Hoffmann et al. 2022: compute-optimal D ≈ 20 N
 GPT3_WARMUP_TOKENS = 375_000_000  # Brown et al. 2020, App. B: linear warm-up over 375M tokens
@@ -114,8 +114,3 @@ def schedule(size: str, budget: Budget) -> Schedule:
     lr = budget.lr if budget.lr is not None else rule.lr
     warmup = warmup_for(steps, step_tokens, budget)
     return Schedule(steps, batch_size, lr, warmup, params, steps * step_tokens)
-
-
-def shape_of(size: str) -> Shape:
-    """The shape a size names (re-exported so callers need only this module)."""
-    return get_shape(size)
