@@ -38,36 +38,39 @@ def make_norm(kind: str, dim: int, bias: bool = True) -> nn.Module:
 
 
 class KVCache:
-    """Per-layer keys and values of the tokens committed so far ([B, H, T, hd] each).
+    """Per-layer keys and values of the slots committed so far, in buffers [B, H, capacity, hd].
 
-    A forward pass with a cache attends over committed + new positions; its new keys and values
-    are held as pending until `commit(n)` keeps the first `n` of them (parallel decoding
-    queries that are not real tokens are dropped this way).
+    A forward pass with a cache writes its new keys and values after the committed ones and
+    attends over both; `commit(n)` keeps the first `n` new positions (parallel decoding queries
+    that are not real tokens are dropped this way: the next pass writes over them). Buffers
+    grow by doubling, so a generation of n slots copies O(n) values, not O(n²).
     """
 
     def __init__(self, n_layer: int):
         self.k: list[torch.Tensor | None] = [None] * n_layer
         self.v: list[torch.Tensor | None] = [None] * n_layer
-        self.pending: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * n_layer
-
-    @property
-    def length(self) -> int:
-        return 0 if self.k[0] is None else self.k[0].shape[2]
+        self.length = 0  # committed slots
 
     def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Record new k, v as pending and return committed + new for attention."""
-        self.pending[layer] = (k, v)
-        if self.k[layer] is None:
-            return k, v
-        return torch.cat([self.k[layer], k], dim=2), torch.cat([self.v[layer], v], dim=2)
+        """Write new k, v [B, H, n, hd] after the committed slots; return committed + new."""
+        end = self.length + k.shape[2]
+        if self.k[layer] is None or end > self.k[layer].shape[2]:
+            self.k[layer], self.v[layer] = (self._grown(old, new, end) for old, new in ((self.k[layer], k),
+                                                                                         (self.v[layer], v)))
+        self.k[layer][:, :, self.length:end] = k
+        self.v[layer][:, :, self.length:end] = v
+        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
+
+    def _grown(self, old: torch.Tensor | None, new: torch.Tensor, end: int) -> torch.Tensor:
+        size = max(end, 64 if old is None else 2 * old.shape[2])
+        buffer = new.new_empty(*new.shape[:2], size, new.shape[3])
+        if self.length:
+            buffer[:, :, :self.length] = old[:, :, :self.length]
+        return buffer
 
     def commit(self, n: int) -> None:
-        """Keep the first `n` pending positions of every layer."""
-        for i, (k, v) in enumerate(self.pending):
-            k, v = k[:, :, :n], v[:, :, :n]
-            self.k[i] = k if self.k[i] is None else torch.cat([self.k[i], k], dim=2)
-            self.v[i] = v if self.v[i] is None else torch.cat([self.v[i], v], dim=2)
-        self.pending = [None] * len(self.pending)
+        """Keep the first `n` positions written by the last forward pass."""
+        self.length += n
 
 
 class Attention(nn.Module):
@@ -124,8 +127,8 @@ class Block(nn.Module):
             x = x + attend(self.norm1(x))
             return x + self.mlp(self.norm2(x))
         shift1, scale1, gate1, shift2, scale2, gate2 = mod
-        x = torch.addcmul(x, gate1, attend(torch.addcmul(shift1, self.norm1(x), scale1)))
-        return torch.addcmul(x, gate2, self.mlp(torch.addcmul(shift2, self.norm2(x), scale2)))
+        x = mul_add(x, gate1, attend(mul_add(shift1, self.norm1(x), scale1)))
+        return mul_add(x, gate2, self.mlp(mul_add(shift2, self.norm2(x), scale2)))
 
 
 class Transformer(nn.Module):
@@ -165,7 +168,33 @@ class Transformer(nn.Module):
         if tables is None:
             return self.norm(x)
         shift, scale = modulation_rows(tables, -1, cond_index)
-        return torch.addcmul(shift, self.norm(x), scale)
+        return mul_add(shift, self.norm(x), scale)
+
+
+def mul_add(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """a + b·c (broadcasting); under autograd its backward makes one product per input."""
+    if not torch.is_grad_enabled():
+        return torch.addcmul(a, b, c)
+    return _MulAdd.apply(a, b, c)
+
+
+class _MulAdd(torch.autograd.Function):
+    """`torch.addcmul(a, b, c)` with a leaner backward: autograd's formula for addcmul scales
+    by `value` with a second full-size product per input (c·1, then ·grad); here grad_b = g·c
+    and grad_c = g·b are one pass each and grad_a is g itself (adaLN makes four per block)."""
+
+    @staticmethod
+    def forward(ctx, a, b, c):
+        ctx.save_for_backward(b, c)
+        ctx.shapes = (a.shape, b.shape, c.shape)
+        return torch.addcmul(a, b, c)
+
+    @staticmethod
+    def backward(ctx, grad):
+        b, c = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        grads = (grad if need[0] else None, grad * c if need[1] else None, grad * b if need[2] else None)
+        return tuple(None if g is None else g.sum_to_size(shape) for g, shape in zip(grads, ctx.shapes))
 
 
 def split_modulation(mod: torch.Tensor, n: int) -> torch.Tensor:
@@ -185,9 +214,17 @@ def modulation_rows(tables: list[torch.Tensor] | None, layer: int, index: torch.
         return None
     if index is None:
         return tables[layer].unbind(0)
-    if not torch.is_grad_enabled():  # decoding: one indexing op, no autograd bookkeeping
-        return tables[layer][:, index].unbind(0)
+    if not torch.is_grad_enabled():  # decoding: no autograd bookkeeping
+        return _gather_rows(tables[layer], index)
     return _GatherRows.apply(tables[layer], index)
+
+
+def _gather_rows(table: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """(table[0][index], ..., table[n-1][index]): a row gather per chunk ([P, d] views with
+    contiguous rows, which `index_select` reads in place; gathering along dim 1 of the
+    [n, P, d] table would copy it whole first)."""
+    flat = index.reshape(-1)
+    return tuple(t.index_select(0, flat).view(*index.shape, t.shape[-1]) for t in table.unbind(0))
 
 
 class _GatherRows(torch.autograd.Function):
@@ -202,8 +239,7 @@ class _GatherRows(torch.autograd.Function):
     def forward(ctx, table, index):
         ctx.save_for_backward(index)
         ctx.table_shape = table.shape
-        flat = index.reshape(-1)
-        return tuple(t.index_select(0, flat).view(*index.shape, t.shape[-1]) for t in table.unbind(0))
+        return _gather_rows(table, index)
 
     @staticmethod
     def backward(ctx, *grads):

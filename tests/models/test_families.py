@@ -149,3 +149,19 @@ def test_gathered_modulation_matches_plain_indexing_in_value_and_gradient():
     (grad_plain,) = torch.autograd.grad(sum((w * b).sum() for w, b in zip(weights, plain)), table)
     assert torch.allclose(grad_fast, grad_plain, rtol=0, atol=1e-12)
     assert torch.autograd.gradcheck(lambda t: modulation_rows([split_modulation(t, 3)], 0, index), (table,))
+
+
+@pytest.mark.parametrize("shapes", [((2, 7, 4),) * 3, ((2, 7, 4), (2, 7, 4), (2, 1, 4)), ((1, 4), (2, 7, 4), (2, 7, 1))])
+def test_mul_add_equals_addcmul_in_value_and_gradient(shapes):
+    from models.core import mul_add
+
+    gen = torch.Generator().manual_seed(1)
+    a, b, c = (torch.randn(s, generator=gen, dtype=torch.float64, requires_grad=True) for s in shapes)
+    out = mul_add(a, b, c)
+    assert torch.equal(out, torch.addcmul(a, b, c))
+    weight = torch.randn(out.shape, generator=gen, dtype=torch.float64)
+    ours = torch.autograd.grad((weight * out).sum(), (a, b, c))
+    reference = torch.autograd.grad((weight * torch.addcmul(a, b, c)).sum(), (a, b, c))
+    for x, y in zip(ours, reference):
+        assert x.shape == y.shape and torch.allclose(x, y, rtol=0, atol=1e-12)
+    assert torch.autograd.gradcheck(mul_add, (a, b, c))

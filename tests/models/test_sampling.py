@@ -13,9 +13,9 @@ from models import sampling as sm
 V, L = 13, 16
 
 
-def _model(family: str, **options):
+def _model(family: str, seq_len: int = L, **options):
     torch.manual_seed(0)
-    return build_model(family, "0.1M", vocab_size=V, seq_len=L, **options).eval()
+    return build_model(family, "0.1M", vocab_size=V, seq_len=seq_len, **options).eval()
 
 
 def test_ar_kv_cache_logits_equal_full_recomputation():
@@ -42,6 +42,18 @@ def test_aogpt_kv_cache_equals_recomputation_in_parallel_steps(family, schedule,
             full = sm.aogpt_step_logits(model, out.tokens, out.order, j, k, cache=None)
         assert (next(recorded) - full).abs().max() <= 1e-5
         j += k
+
+
+def test_kv_cache_buffers_grow_past_their_first_capacity():
+    """150 slots outgrow the first buffer (64) twice; logits still equal the full forward."""
+    n = 150
+    ar, ao = _model("ar", seq_len=n), _model("aogpt", seq_len=n)
+    out = sm.generate_ar(ar, 2, n, generator=torch.Generator().manual_seed(1), record=True)
+    with torch.no_grad():
+        assert (torch.stack(out.step_logits, 1) - ar(out.tokens)).abs().max() <= 1e-5
+    out = sm.generate_aogpt(ao, 2, n, steps=n, generator=torch.Generator().manual_seed(3), record=True)
+    with torch.no_grad():
+        assert (torch.cat(out.step_logits, 1) - ao(out.tokens, out.order)).abs().max() <= 1e-5
 
 
 def test_aogpt_one_token_per_step_matches_the_family_forward():
