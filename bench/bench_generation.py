@@ -1,5 +1,5 @@
 """Generation speed: AR (KV cache), AO-GPT (KV cache, k = n/T per step) and MDM (ancestral with
-caching), full multi-step generation in one harness, side by side.
+caching), full multi-step generation in one harness, side by side (round-robin per T).
 
     python bench/bench_generation.py                      # CPU defaults: 3M rung, batch 8, n 256
     python bench/bench_generation.py --device cuda --batch 32 --length 1024 --steps 64,128,256,512,1024
@@ -33,18 +33,21 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def time_median(fn, device: str, warmup: int, repeats: int) -> float:
-    """Median wall seconds of `fn()` over `repeats` runs after `warmup` untimed runs."""
-    for _ in range(warmup):
-        fn()
-    times = []
+def time_medians(fns: dict, device: str, warmup: int, repeats: int) -> dict[str, float]:
+    """Median wall seconds of each `fn()`, timed round-robin (one run of each per round, after
+    `warmup` untimed runs of each) so slow drifts of a shared machine hit every family alike."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
-        _sync(device)
-        start = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, fn in fns.items():
+            _sync(device)
+            start = time.perf_counter()
+            fn()
+            _sync(device)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def build(family: str, args) -> torch.nn.Module:
@@ -98,12 +101,13 @@ def main(argv=None) -> int:
     print(f"# {json.dumps(environment(args))}")
     print(f"# size {args.size}, vocab {args.vocab}, batch {args.batch}, n {args.length}, "
           f"warmup {args.warmup}, repeats {args.repeats}, median seconds per batch")
-    ar_s = time_median(lambda: run["ar"](args.length), args.device, args.warmup, args.repeats)
     results = []
     print(f"{'T':>6} {'ar_s':>9} {'aogpt_s':>9} {'mdm_s':>9} {'mdm/aogpt':>10} {'aogpt/ar':>9}")
     for steps in steps_list:
-        ao_s = time_median(lambda: run["aogpt"](steps), args.device, args.warmup, args.repeats)
-        mdm_s = time_median(lambda: run["mdm"](steps), args.device, args.warmup, args.repeats)
+        fns = {name: (lambda fn=run[name]: fn(steps)) for name in ("aogpt", "mdm")}
+        fns["ar"] = lambda: run["ar"](args.length)  # AR makes one step per token whatever T is
+        medians = time_medians(fns, args.device, args.warmup, args.repeats)
+        ar_s, ao_s, mdm_s = medians["ar"], medians["aogpt"], medians["mdm"]
         row = {"steps": steps, "ar_s": ar_s, "aogpt_s": ao_s, "mdm_s": mdm_s,
                "mdm_over_aogpt": mdm_s / ao_s, "aogpt_over_ar": ao_s / ar_s}
         results.append(row)
