@@ -48,6 +48,7 @@ class Suite:
     lambada: bool = False
     infill_span: int = 0  # middle-span length in tokens; 0 = no infilling benchmark
     generate: bool = False
+    gen_samples: int = 16  # samples drawn per step count when `generate`
 
 
 SUITES: dict[str, Suite] = {
@@ -98,7 +99,7 @@ def make_settings(suite: str = "quick", **overrides) -> Settings:
         raise InputError(f"--suite: unknown suite {suite!r}; choose one of {list(SUITES)}")
     outer = {k: overrides.pop(k) for k in ("seed", "weights", "seq_len", "data_dir") if k in overrides}
     chosen = replace(SUITES[suite], **{k: v for k, v in overrides.items() if v is not None})
-    for name in ("val_chunks", "k_mc", "m_max", "n_targets", "ensemble_chunks"):
+    for name in ("val_chunks", "k_mc", "m_max", "n_targets", "ensemble_chunks", "gen_samples"):
         _positive(name, getattr(chosen, name))
     from jobs.datasets import EVAL_SET_NAMES
 
@@ -327,9 +328,10 @@ def compute_rows(model, spec, datasets: list[Dataset], ctx: dict, settings: Sett
         if settings.suite.lambada and _data_dir(settings):
             rows += lambada_rows(model, spec, ctx, settings)
     if settings.suite.generate:
-        from jobs.generate import generation_rows
+        from jobs.generate import GenSettings, generation_rows
 
-        rows += generation_rows(model, spec, ctx, run_dir, seed=settings.seed)[0]
+        gs = GenSettings(n_samples=settings.suite.gen_samples, seed=settings.seed)
+        rows += generation_rows(model, spec, ctx, run_dir, gs=gs)[0]
     return rows
 
 
@@ -348,6 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--m-max", type=int, help="largest ensemble size M (sweep 1, 2, 4, ..., M)")
     p.add_argument("--n-targets", type=int, help="target slots scored per sequence when ensembling")
     p.add_argument("--val-chunks", type=int, help="validation windows of the run's corpus")
+    p.add_argument("--gen-samples", type=int, help="samples per step count (suites that generate: paper)")
     p.add_argument("--datasets", help="comma-separated zero-shot sets (wikitext2,ptb,lm1b,lambada,shakespeare)")
     p.add_argument("--max-chunks", type=int, help="chunks per zero-shot set")
     p.add_argument("--seq-len", type=int, help="chunk length (at most the model's context)")
@@ -361,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     """CLI: exit 0 on success, 2 on bad input (one line on stderr, nothing written)."""
     args = build_parser().parse_args(argv)
     overrides = dict(k_mc=args.k_mc, m_max=args.m_max, n_targets=args.n_targets, val_chunks=args.val_chunks,
+                     gen_samples=args.gen_samples,
                      zero_shot_chunks=args.max_chunks, seq_len=args.seq_len, weights=args.weights,
                      data_dir=args.data_dir, seed=args.seed)
     if args.datasets is not None:

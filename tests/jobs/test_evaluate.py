@@ -101,6 +101,7 @@ def test_generation_records_and_samples(runs):
 @pytest.mark.parametrize("args,field", [
     (["--k-mc", "0"], "--k-mc"), (["--m-max", "-1"], "--m-max"), (["--datasets", "nope"], "--datasets"),
     (["--seq-len", "64"], "--seq-len"), (["--suite", "huge"], "--suite"),
+    (["--suite", "paper", "--gen-samples", "0"], "--gen-samples"),
 ])
 def test_bad_evaluate_input_exits_2_and_writes_nothing(runs, tmp_path, capsys, args, field):
     run_dir = runs["ar"]
@@ -209,8 +210,8 @@ def test_lambada_rows_contract_and_brute_force(runs, data_kit, monkeypatch):
 
 # ---- the paper suite's generation stage --------------------------------------------------------
 def test_paper_suite_generation_rows(runs):
-    small = dict(val_chunks=2, k_mc=2, m_max=2, n_targets=4, ensemble_chunks=2)  # no data dir: no zero-shot
-    n = gen.GenSettings().n_samples
+    n = 3  # --gen-samples (the suite's default is 16)
+    small = dict(val_chunks=2, k_mc=2, m_max=2, n_targets=4, ensemble_chunks=2, gen_samples=n)  # no zero-shot
     for family in ("ar", "aogpt"):
         frame = ev.evaluate(runs[family], "paper", **small).filter(pl.col("metric").str.starts_with("gen_"))
         assert frame["value"].is_finite().all() and (frame["value"] > 0).all()
