@@ -17,6 +17,7 @@ import json
 import math
 import os
 import re
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -298,7 +299,32 @@ def cache_root() -> Path:
 def _hash_files(digest: "hashlib._Hash", root: Path, files: list[Path]) -> None:
     for file in files:
         digest.update(str(file.relative_to(root) if file != root else file.name).encode())
-        digest.update(hashlib.sha256(file.read_bytes()).digest())
+        digest.update(file_sha256(file))
+
+
+RECENT_S = 2.0  # files modified this recently are hashed, never remembered: mtime ticks are coarse
+
+
+def file_sha256(file: Path) -> bytes:
+    """sha256 of a file's bytes, remembered in the cache under (path, size, mtime, inode), so a
+    multi-GB local corpus is read once rather than at every run start. Any edit changes the key;
+    a file changed in the last `RECENT_S` seconds is always re-read (an edit within one mtime
+    tick keeps the mtime: git's "racy clean" rule)."""
+    st = file.stat()
+    key = f"{file.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}"
+    memo = cache_root() / "file-sha256" / hashlib.sha256(key.encode()).hexdigest()
+    try:
+        return bytes.fromhex(memo.read_text())
+    except (OSError, ValueError):
+        pass
+    with open(file, "rb") as handle:
+        digest = hashlib.file_digest(handle, "sha256").digest()
+    if time.time() - st.st_mtime_ns / 1e9 > RECENT_S:
+        try:
+            atomic_write(memo, lambda out: out.write(digest.hex().encode()))
+        except OSError:
+            pass  # a read-only cache only costs the re-read
+    return digest
 
 
 def corpus_identity(corpus: str) -> str:

@@ -4,7 +4,10 @@ from __future__ import annotations
 import hashlib
 import json
 import multiprocessing
+import os
 import socket
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -264,3 +267,22 @@ def test_val_batches_are_fixed_consecutive_windows(tokens):
     assert torch.cat(batches).flatten().tolist() == tokens[:600].tolist()
     every = list(data.val_batches(tokens, batch_size=64, seq_len=50))
     assert sum(len(batch) for batch in every) == len(tokens) // 50
+
+
+def test_file_hashes_are_remembered_until_the_file_changes(tmp_path, cache_dir):
+    path = _jsonl_corpus(tmp_path)
+    old = time.time() - 60  # older than RECENT_S: its hash may be remembered
+    os.utime(path, (old, old))
+    first = data.corpus_identity(str(path))
+    (memo,) = (Path(cache_dir) / "file-sha256").iterdir()
+    assert bytes.fromhex(memo.read_text()) == hashlib.sha256(path.read_bytes()).digest()
+    memo.write_text("00" * 32)  # a remembered hash is used as is: the file is not read again
+    assert data.corpus_identity(str(path)) != first
+    text = path.read_text()
+    path.write_text(text.replace("word", "wort"))  # same size, new content and mtime: re-read
+    os.utime(path, (old + 1, old + 1))
+    assert data.file_sha256(path) == hashlib.sha256(path.read_bytes()).digest()
+    assert data.corpus_identity(str(path)) != first
+    path.write_text(text)  # the original bytes again, modified just now: never remembered
+    assert data.corpus_identity(str(path)) == first
+    assert len(list((Path(cache_dir) / "file-sha256").iterdir())) == 2
