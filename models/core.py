@@ -46,6 +46,8 @@ class KVCache:
     grow by doubling, so a generation of n slots copies O(n) values, not O(n²).
     """
 
+    FIRST_CAPACITY = 64  # slots in a new buffer; it doubles when a pass would overflow it
+
     def __init__(self, n_layer: int):
         self.k: list[torch.Tensor | None] = [None] * n_layer
         self.v: list[torch.Tensor | None] = [None] * n_layer
@@ -62,7 +64,7 @@ class KVCache:
         return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
 
     def _grown(self, old: torch.Tensor | None, new: torch.Tensor, end: int) -> torch.Tensor:
-        size = max(end, 64 if old is None else 2 * old.shape[2])
+        size = max(end, self.FIRST_CAPACITY if old is None else 2 * old.shape[2])
         buffer = new.new_empty(*new.shape[:2], size, new.shape[3])
         if self.length:
             buffer[:, :, :self.length] = old[:, :, :self.length]

@@ -9,6 +9,7 @@ from scipy import stats
 
 from models import build_model
 from models import sampling as sm
+from models.core import KVCache
 
 V, L = 13, 16
 
@@ -47,6 +48,7 @@ def test_aogpt_kv_cache_equals_recomputation_in_parallel_steps(family, schedule,
 def test_kv_cache_buffers_grow_past_their_first_capacity():
     """150 slots outgrow the first buffer (64) twice; logits still equal the full forward."""
     n = 150
+    assert n > 2 * KVCache.FIRST_CAPACITY
     ar, ao = _model("ar", seq_len=n), _model("aogpt", seq_len=n)
     out = sm.generate_ar(ar, 2, n, generator=torch.Generator().manual_seed(1), record=True)
     with torch.no_grad():
