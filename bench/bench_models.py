@@ -7,6 +7,7 @@ The figure is the ratio of the pair's median wall times: run it on an otherwise 
 Targets: aogpt(adaln) <= 1.10x ar, mdm <= 1.05x.
 
     python bench/bench_models.py [--size 3M] [--seq-len 256] [--batch 8] [--rounds 4] [--block 4]
+                                 [--variants 'aogpt(adaln),mdm(mdlm)']
 """
 from __future__ import annotations
 
@@ -56,13 +57,20 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=257)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--block", type=int, default=4, help="consecutive steps per model per round")
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help=f"comma-separated subset of: {', '.join(VARIANTS)}")
     args = parser.parse_args()
+    chosen = [name.strip() for name in args.variants.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in VARIANTS]
+    if unknown:
+        parser.error(f"--variants: unknown {unknown[0]!r}; choose from {', '.join(VARIANTS)}")
     torch.manual_seed(0)
     print(f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, threads "
           f"{torch.get_num_threads()}; size {args.size}, seq_len {args.seq_len}, batch {args.batch}, "
           f"vocab {args.vocab}; median wall time over {args.rounds} rounds of {args.block}-step blocks, each family paired with ar")
     print(f"{'family':24s} {'step_s':>10s} {'ar_s':>9s} {'ratio_to_ar':>11s}")
-    for name, (family, options) in VARIANTS.items():
+    for name in chosen:
+        family, options = VARIANTS[name]
         variant, ar = median_pair(make_step(family, options, args), make_step("ar", {}, args), args)
         print(f"{name:24s} {variant:10.4f} {ar:9.4f} {variant / ar:11.3f}")
 
