@@ -266,6 +266,14 @@ def _is_local(corpus: str) -> bool:
             or corpus.startswith(("/", ".", "~")))
 
 
+def canonical_corpus(corpus: str) -> str:
+    """A local corpus as an absolute path (runs train in other folders: the repository, a Slurm
+    or Ray worker's); `shakespeare` and dataset names unchanged."""
+    if corpus == "shakespeare" or not _is_local(corpus):
+        return corpus
+    return str(Path(corpus).expanduser().resolve())
+
+
 def load_documents(corpus: str, split: str) -> list[str]:
     """The documents of a corpus split (`train` or `validation`) as plain strings.
 

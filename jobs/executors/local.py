@@ -61,6 +61,7 @@ class LocalJob:
         self.job_id = ""
         self.returncode: int | None = None
         self.gpu: str | None = None
+        self.failures_before = 0  # the run's failure count when its worker started
         self._executor = executor
         self._state = "pending"
         self.proc: subprocess.Popen | None = None
@@ -96,8 +97,9 @@ class LocalExecutor:
         self._running: list[LocalJob] = []
 
     def submit(self, run_dir: str | Path) -> LocalJob:
-        """Queue a run; it starts as soon as a slot is free."""
-        job = LocalJob(self, Path(run_dir))
+        """Queue a run; it starts as soon as a slot is free. Workers run in the repository
+        (so a user's own `models/` or `jobs/` folder cannot shadow ours): they get absolute paths."""
+        job = LocalJob(self, Path(run_dir).resolve())
         self._queue.append(job)
         self.poll()
         return job
@@ -130,6 +132,7 @@ class LocalExecutor:
                                         stdout=log, stderr=subprocess.STDOUT,
                                         preexec_fn=lambda pid=os.getpid(): _die_with_parent(pid))
         job.job_id = f"pid:{job.proc.pid}"
+        job.failures_before = int(runfiles.read_status(job.run_dir).get("failures", 0))
         job._state = "running"
         self._running.append(job)
 
@@ -139,8 +142,10 @@ class LocalExecutor:
         if job.returncode == EXIT_BUSY:
             job._state = BUSY
             return
-        state = runfiles.read_status(job.run_dir).get("state", "pending")
-        if job.returncode != 0 and state != "failed" and not lock_held(job.run_dir):
+        status = runfiles.read_status(job.run_dir)
+        state = status.get("state", "pending")
+        recorded = int(status.get("failures", 0)) > job.failures_before  # the worker counted it
+        if job.returncode != 0 and not recorded and not lock_held(job.run_dir):
             record_failure(job.run_dir, f"worker exited with status {job.returncode}; see {WORKER_LOG}")
             state = "failed"
         job._state = state if state in FINAL_STATES else "failed"

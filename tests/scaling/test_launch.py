@@ -107,6 +107,41 @@ def test_failed_runs_are_retried_then_left_failed_with_their_reason(tmp_path, ca
     assert "failed" in table and "1 runs: 1 failed" in table
 
 
+@needs_pipeline
+def test_a_relative_study_dir_works_from_any_folder(tmp_path, monkeypatch):
+    """Workers run in the repository; the launcher hands them absolute run directories."""
+    from scaling import launch
+    monkeypatch.chdir(tmp_path)
+    assert launch.main(["--study-dir", "study", *SMALL, "--seeds", "1", "--max-steps", "2"]) == 0
+    final = views(tmp_path / "study")
+    assert len(final) == 2 and {(v.state, v.attempts) for v in final.values()} == {("done", 1)}
+
+
+def test_a_worker_that_dies_before_writing_anything_is_counted_and_retried_once(tmp_path):
+    """A crash outside the pipeline (here: a worker command that exits 1 at once) is recorded as a
+    failure on every attempt, so retries run out even when the run is already marked failed."""
+    import threading
+
+    from jobs.executors.local import LocalExecutor
+    from scaling.scheduler import Scheduler
+    from scaling.study import build_study
+
+    study_dir = tmp_path / "study"
+    study = build_study({"sizes": ["0.1M"], "families": ["ar"], "seeds": 1})
+    ledger.prepare(study_dir, study)
+    scheduler = Scheduler(study_dir, study.run_ids, LocalExecutor(python="false"), max_retries=1,
+                          progress=False)
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.update(scheduler.run()), daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "the scheduler kept retrying a run that always crashes"
+    (run_id,) = study.run_ids
+    assert result == {run_id: "failed"}
+    view = ledger.view(study_dir, run_id)
+    assert view.failures == 2 and "exited with status 1" in view.reason
+
+
 def test_run_lock_holds_across_processes_and_dies_with_its_holder(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()

@@ -190,3 +190,12 @@ def test_vocab_sizes_match_the_tokenizers():
     from jobs.data import get_encoding
     for name, size in VOCAB_SIZES.items():
         assert get_encoding(name).n_vocab == size
+
+
+def test_a_relative_local_corpus_reaches_the_runs_as_an_absolute_path(tmp_path, monkeypatch):
+    (tmp_path / "corpus.txt").write_text("some text\n" * 100)
+    monkeypatch.chdir(tmp_path)  # workers train in other folders: a relative path would break there
+    study = build_study(flags(sizes=["0.1M"], families=["ar"], seeds=1, corpus="corpus.txt"))
+    assert {cell.spec.corpus for cell in study.cells} == {str(tmp_path / "corpus.txt")}
+    named = build_study(flags(sizes=["0.1M"], families=["ar"], seeds=1, corpus="org/dataset"))
+    assert {cell.spec.corpus for cell in named.cells} == {"org/dataset"}  # a dataset name stays a name
