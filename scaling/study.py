@@ -204,7 +204,8 @@ def _cell(arm: Arm, size: str, seed: int, settings: dict, budget: Budget, name: 
     tracking = {f"factor_{k}": v for k, v in arm.factors}
     spec = RunSpec(
         family=arm.family, size=size, steps=plan.steps, lr=plan.lr, warmup_steps=plan.warmup_steps,
-        model_options=arm.options, tokenizer=settings["tokenizer"], corpus=canonical_corpus(str(settings["corpus"])),
+        model_options=arm.options, tokenizer=settings["tokenizer"],
+        corpus=canonical_corpus(str(settings["corpus"])),
         seq_len=budget.seq_len, batch_size=plan.batch_size, ema=arm.ema, seed=seed,
         study=name, variant=arm.label, tracking=tracking,
         **settings.get("run", {}), **settings.get("resources", {}),

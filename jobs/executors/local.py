@@ -127,12 +127,12 @@ class LocalExecutor:
 
     def _start(self, job: LocalJob) -> None:
         cmd = [self.python, "-m", "jobs.executors.local", str(job.run_dir)]
+        job.failures_before = int(runfiles.read_status(job.run_dir).get("failures", 0))
         with open(job.run_dir / WORKER_LOG, "ab") as log:
             job.proc = subprocess.Popen(cmd, cwd=REPO, env=self._env(job), stdin=subprocess.DEVNULL,
                                         stdout=log, stderr=subprocess.STDOUT,
                                         preexec_fn=lambda pid=os.getpid(): _die_with_parent(pid))
         job.job_id = f"pid:{job.proc.pid}"
-        job.failures_before = int(runfiles.read_status(job.run_dir).get("failures", 0))
         job._state = "running"
         self._running.append(job)
 
