@@ -125,6 +125,23 @@ def record_failure(run_dir: str | Path, reason: str) -> None:
     runfiles.write_status(run_dir, "failed", reason=reason, failures=int(status.get("failures", 0)) + 1)
 
 
+def failure_count(run_dir: str | Path) -> int:
+    """How many failures status.json has counted for the run."""
+    return int(runfiles.read_status(run_dir).get("failures", 0))
+
+
+def record_crash(run_dir: str | Path, reason: str, failures_before: int) -> bool:
+    """Count a worker that ended without reporting (killed, crashed outside the pipeline) as a
+    failure, unless the run is done or the worker counted a failure itself since submission
+    (`failures_before`). A retried run that was already `failed` must be counted again, or its
+    retries never run out. True when a failure was recorded."""
+    status = runfiles.read_status(run_dir)
+    if status.get("state") == "done" or int(status.get("failures", 0)) > failures_before:
+        return False
+    record_failure(run_dir, reason)
+    return True
+
+
 def _count_attempt(run_dir: Path) -> None:
     status = runfiles.read_status(run_dir)
     runfiles.write_status(run_dir, status.get("state", "pending"), attempts=int(status.get("attempts", 0)) + 1)

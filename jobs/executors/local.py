@@ -20,7 +20,7 @@ from collections import deque
 from pathlib import Path
 
 from jobs import runfiles
-from jobs.executors import BUSY, FINAL_STATES, lock_held, record_failure, run_exclusive
+from jobs.executors import BUSY, FINAL_STATES, failure_count, lock_held, record_crash, run_exclusive
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER_LOG = "worker.log"
@@ -127,7 +127,7 @@ class LocalExecutor:
 
     def _start(self, job: LocalJob) -> None:
         cmd = [self.python, "-m", "jobs.executors.local", str(job.run_dir)]
-        job.failures_before = int(runfiles.read_status(job.run_dir).get("failures", 0))
+        job.failures_before = failure_count(job.run_dir)
         with open(job.run_dir / WORKER_LOG, "ab") as log:
             job.proc = subprocess.Popen(cmd, cwd=REPO, env=self._env(job), stdin=subprocess.DEVNULL,
                                         stdout=log, stderr=subprocess.STDOUT,
@@ -142,12 +142,10 @@ class LocalExecutor:
         if job.returncode == EXIT_BUSY:
             job._state = BUSY
             return
-        status = runfiles.read_status(job.run_dir)
-        state = status.get("state", "pending")
-        recorded = int(status.get("failures", 0)) > job.failures_before  # the worker counted it
-        if job.returncode != 0 and not recorded and not lock_held(job.run_dir):
-            record_failure(job.run_dir, f"worker exited with status {job.returncode}; see {WORKER_LOG}")
-            state = "failed"
+        if job.returncode != 0 and not lock_held(job.run_dir):
+            record_crash(job.run_dir, f"worker exited with status {job.returncode}; see {WORKER_LOG}",
+                         job.failures_before)
+        state = runfiles.read_status(job.run_dir).get("state", "pending")
         job._state = state if state in FINAL_STATES else "failed"
 
     def shutdown(self) -> None:

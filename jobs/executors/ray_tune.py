@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs import runfiles
-from jobs.executors import BUSY, PIPELINE, record_failure, run_exclusive
+from jobs.executors import BUSY, PIPELINE, failure_count, record_crash, run_exclusive
 
 EXPERIMENT_FILE = "experiment.json"
 CONNECT_TIMEOUT_S = 3.0
@@ -205,11 +205,13 @@ class _Experiment:
         self.thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self.errored: dict[str, str] = {}
+        self.failures_before: dict[str, int] = {}  # run dir -> failure count when the grid started
         self.name = ""
 
     def start(self) -> None:
         if self.thread is None:
             self.executor._seal()
+            self.failures_before = {str(d.resolve()): failure_count(d) for d in self.run_dirs}
             self.thread = threading.Thread(target=self._fit, name="aoscale-ray-tune", daemon=True)
             self.thread.start()
 
@@ -221,11 +223,11 @@ class _Experiment:
             self.thread.join()
 
     def final_state(self, run_dir: Path) -> str:
+        key = str(run_dir.resolve())
+        reason = self.errored.get(key) or (self.error and f"ray: {self.error}")
+        if reason:
+            record_crash(run_dir, str(reason)[:300], self.failures_before.get(key, 0))
         state = str(runfiles.read_status(run_dir).get("state", "pending"))
-        reason = self.errored.get(str(run_dir.resolve())) or (self.error and f"ray: {self.error}")
-        if state not in ("done", "failed") and reason:
-            record_failure(run_dir, str(reason)[:300])
-            return "failed"
         return state if state in ("done", "failed", "preempted") else "failed"
 
     def _fit(self) -> None:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs import runfiles
-from jobs.executors import PIPELINE, record_failure, resolve, run_exclusive
+from jobs.executors import PIPELINE, failure_count, record_crash, resolve, run_exclusive
 
 STOP_HOOK = "jobs.train:request_stop"
 REPO = Path(__file__).resolve().parents[2]
@@ -199,9 +199,10 @@ class _DeferredSignal:
 class SlurmHandle:
     """One submitted run: `done()`, `result()`, `state` (a status.json state), `job_id`."""
 
-    def __init__(self, job: Any, run_dir: Path) -> None:
+    def __init__(self, job: Any, run_dir: Path, failures_before: int = 0) -> None:
         self.job = job
         self.run_dir = Path(run_dir)
+        self.failures_before = failures_before  # the run's failure count at submission
         self.error = ""
 
     @property
@@ -238,18 +239,12 @@ class SlurmHandle:
         except Exception as exc:  # noqa: BLE001 - submitit raises several types for a dead job
             self.error = (f"slurm job {self.job_id} ended {self.queue_state} without a result "
                           f"({type(exc).__name__}); log: {self.job.paths.stdout}")
-            _mark_failed(self.run_dir, self.error)
+            record_crash(self.run_dir, self.error, self.failures_before)
             return "failed"
 
 
 def _ledger_state(run_dir: Path) -> str:
     return str(runfiles.read_status(run_dir).get("state", "pending"))
-
-
-def _mark_failed(run_dir: Path, reason: str) -> None:
-    """Record a task that died without a result (a pipeline error is already recorded)."""
-    if _ledger_state(run_dir) not in ("done", "failed"):
-        record_failure(run_dir, reason)
 
 
 class SlurmExecutor:
@@ -277,9 +272,10 @@ class SlurmExecutor:
         if not run_dirs:
             return []
         executor = self._executor()
+        before = [failure_count(d) for d in run_dirs]
         with executor.batch():
             jobs = [executor.submit(self.callable, str(Path(d).resolve())) for d in run_dirs]
-        handles = [SlurmHandle(job, Path(d)) for job, d in zip(jobs, run_dirs)]
+        handles = [SlurmHandle(job, Path(d), n) for job, d, n in zip(jobs, run_dirs, before)]
         _merge_json(self.log_root / JOBS_FILE, {h.run_dir.name: h.job_id for h in handles})
         return handles
 

@@ -126,6 +126,20 @@ def test_job_killed_without_result_is_failed(tmp_path, data_kit, one_thread):
 
 
 @cluster
+def test_cancelled_task_of_an_already_failed_run_counts_another_failure(tmp_path, data_kit, one_thread):
+    """A retried run is `failed` from its last attempt; a task lost before it reports (here
+    cancelled while queued) must still count, or the retries of that run never run out."""
+    from jobs.executors import record_failure
+
+    run = make_run(tmp_path, tiny_spec(seed=6))
+    record_failure(run, "an earlier attempt failed")
+    handle = SlurmExecutor(tmp_path, SlurmOptions(partition="debug", time_min=10), pipeline=PIPELINE).submit(run)
+    subprocess.run(["scancel", handle.job_id], check=True)
+    assert handle.result() == "failed"
+    assert status(run)["failures"] == 2 and handle.job_id in status(run)["reason"]
+
+
+@cluster
 def test_unknown_partition_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"^slurm_partition: unknown partition 'nope'.*debug"):
         validate_slurm_options(SlurmOptions(partition="nope"))
