@@ -412,12 +412,10 @@ def corpus_hash(corpus: str, tokenizer: str, split: str) -> str:
     sidecar = path.with_name(path.name + ".sha256")
     if sidecar.exists():
         return sidecar.read_text().strip()
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 24), b""):
-            digest.update(block)
-    atomic_write(sidecar, lambda handle: handle.write(digest.hexdigest().encode()), mode=0o644)
-    return digest.hexdigest()
+        digest = hashlib.file_digest(handle, "sha256").hexdigest()
+    atomic_write(sidecar, lambda handle: handle.write(digest.encode()), mode=0o644)
+    return digest
 
 # ---------------------------------------------------------------------------------------------
 # Batches

@@ -130,16 +130,14 @@ def failure_count(run_dir: str | Path) -> int:
     return int(runfiles.read_status(run_dir).get("failures", 0))
 
 
-def record_crash(run_dir: str | Path, reason: str, failures_before: int) -> bool:
+def record_crash(run_dir: str | Path, reason: str, failures_before: int) -> None:
     """Count a worker that ended without reporting (killed, crashed outside the pipeline) as a
     failure, unless the run is done or the worker counted a failure itself since submission
     (`failures_before`). A retried run that was already `failed` must be counted again, or its
-    retries never run out. True when a failure was recorded."""
+    retries never run out."""
     status = runfiles.read_status(run_dir)
-    if status.get("state") == "done" or int(status.get("failures", 0)) > failures_before:
-        return False
-    record_failure(run_dir, reason)
-    return True
+    if status.get("state") != "done" and int(status.get("failures", 0)) <= failures_before:
+        record_failure(run_dir, reason)
 
 
 def _count_attempt(run_dir: Path) -> None:
