@@ -14,6 +14,7 @@ The first query is the real slot j, so `commit(j - c + 1)` keeps the catch-up sl
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -41,8 +42,21 @@ def sample_logits(logits: torch.Tensor, temperature: float = 1.0, top_p: float =
         sorted_p, index = probs.sort(dim=-1, descending=True)
         keep = sorted_p.cumsum(-1) - sorted_p < top_p  # the smallest prefix reaching top_p
         probs = torch.zeros_like(probs).scatter(-1, index, sorted_p * keep)
+    return draw_categorical(probs, generator)
+
+
+def draw_categorical(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One id per row of fp64 probabilities [..., V] (any positive total) by inverting the CDF.
+
+    Exact like `torch.multinomial` in fp64 (id i is drawn iff cdf_{i-1} <= u < cdf_i for one
+    uniform u, so zero-probability ids never are), and it needs one uniform per row where
+    `torch.multinomial` draws V exponentials: ~10x cheaper at decode time.
+    """
     flat = probs.reshape(-1, probs.shape[-1])
-    return torch.multinomial(flat, 1, generator=generator).view(probs.shape[:-1])
+    cdf = flat.cumsum(-1)
+    cdf = cdf / cdf[:, -1:]  # the last entry is exactly 1, so u < 1 always finds an id
+    u = torch.rand(flat.shape[0], 1, dtype=cdf.dtype, device=cdf.device, generator=generator)
+    return torch.searchsorted(cdf, u, right=True).view(probs.shape[:-1])
 
 
 @dataclass(frozen=True)
@@ -135,15 +149,16 @@ def generate_ar(model, batch: int, length: int, sampling: Sampling = Sampling(),
     x = model.start_slot(batch)
     out = Generation(torch.empty(batch, length, dtype=torch.long, device=x.device), counts=[1] * length,
                      steps=length)
-    for i in range(length):
-        h = model.core(x, attn_mask=causal_mask(x.shape[1], cache.length, x.device), cache=cache)
-        cache.commit(x.shape[1])
-        logits = model.logits_from_hidden(h[:, -1:])[:, 0]
-        out.tokens[:, i] = sampling.draw(logits, generator)
-        out.n_forward += 1
-        if record:
-            out.step_logits.append(logits)
-        x = model.embed(out.tokens[:, i:i + 1], offset=i)
+    with model.core.decode_layout():
+        for i in range(length):
+            h = model.core(x, attn_mask=causal_mask(x.shape[1], cache.length, x.device), cache=cache)
+            cache.commit(x.shape[1])
+            logits = model.logits_from_hidden(h[:, -1:])[:, 0]
+            out.tokens[:, i] = sampling.draw(logits, generator)
+            out.n_forward += 1
+            if record:
+                out.step_logits.append(logits)
+            x = model.embed(out.tokens[:, i:i + 1], offset=i)
     return out
 
 
@@ -216,16 +231,16 @@ def generate_aogpt(model, batch: int, length: int, steps: int | None = None, sch
     out = Generation(tokens, order, counts, steps=len(counts))
     cache = KVCache(model.shape.n_layer) if use_cache else None
     tables = model.modulation_tables()  # adaLN rows of every target position, once per decode
-    j = 0
-    for k in counts:
-        if k == 0:
-            continue
-        logits = aogpt_step_logits(model, tokens, order, j, k, cache, tables)
-        tokens.scatter_(1, order[:, j:j + k], sampling.draw(logits, generator))
-        out.n_forward += 1
-        if record:
-            out.step_logits.append(logits)
-        j += k
+    starts = [0, *itertools.accumulate(counts)][:-1]  # tokens decoded before each step
+    with model.core.decode_layout():
+        for j, k in zip(starts, counts):
+            if k == 0:
+                continue
+            logits = aogpt_step_logits(model, tokens, order, j, k, cache, tables)
+            tokens.scatter_(1, order[:, j:j + k], sampling.draw(logits, generator))
+            out.n_forward += 1
+            if record:
+                out.step_logits.append(logits)
     return out
 
 

@@ -120,6 +120,32 @@ def test_fp64_multinomial_draws_match_softmax_and_top_p():
     assert sm.sample_logits(logits[None], 0.0)[0] == 0
 
 
+def test_inverse_cdf_draws_follow_unnormalised_probabilities_and_skip_zeros():
+    g = torch.Generator().manual_seed(7)
+    weights = torch.tensor([0.0, 3.0, 0.0, 1.0, 6.0, 0.0], dtype=torch.float64)  # zeros at both ends
+    n = 30000
+    draws = sm.draw_categorical(weights.expand(n, 6), g)
+    counts = torch.bincount(draws, minlength=6)
+    assert counts[[0, 2, 5]].sum() == 0
+    live = weights > 0
+    expected = (weights[live] / weights.sum() * n).numpy()
+    assert stats.chisquare(counts[live].numpy(), expected).pvalue > 0.001
+    assert sm.draw_categorical(weights.view(1, 2, 3), g).shape == (1, 2)
+
+
+def test_decode_layout_holds_weights_column_major_and_restores_them():
+    model = _model("ar")
+    linears = [m for m in model.core.blocks.modules() if isinstance(m, torch.nn.Linear)]
+    before = [(m.weight.data_ptr(), m.weight.detach().clone()) for m in linears]
+    with pytest.raises(RuntimeError, match="inside"):
+        with model.core.decode_layout():
+            for m, (_, value) in zip(linears, before):
+                assert m.weight.stride() == (1, m.weight.shape[0]) and torch.equal(m.weight, value)
+            raise RuntimeError("inside")
+    for m, (ptr, value) in zip(linears, before):
+        assert m.weight.data_ptr() == ptr and m.weight.is_contiguous() and torch.equal(m.weight, value)
+
+
 @pytest.mark.parametrize("sampler", ["ancestral", "analytic", "euler"])
 def test_mdm_samplers_fill_every_position(sampler):
     model = _model("mdm", loss="sedd" if sampler != "ancestral" else "mdlm")
