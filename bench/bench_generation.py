@@ -6,7 +6,9 @@ caching), full multi-step generation in one harness, side by side (round-robin p
 
 Protocol: untrained weights of the same shape for every family (speed does not depend on
 training), `--warmup` untimed runs then `--repeats` timed runs per cell, synchronised on GPU,
-median wall time reported. Prints MDM/AO-GPT and AO-GPT/AR ratios measured in this one run.
+median wall time reported. Prints MDM/AO-GPT and AO-GPT/AR ratios measured in this one run, and
+on CPU the memory roofline of decoding (bytes a step must read / measured read bandwidth) with
+the MDM/AO-GPT ratio it would allow.
 Targets (issue 4): MDM/AO-GPT >= 40x at n = T = 256, batch 8, 3M rung on CPU; AO-GPT per-token
 decode <= 1.2x AR's (the T = n column: one token per step for both).
 """
@@ -71,6 +73,43 @@ def runners(args) -> dict[str, callable]:
     }
 
 
+def decode_bytes(model, batch: int, length: int) -> tuple[int, int]:
+    """(weight bytes, KV-cache bytes) one-token-per-step decoding reads over `length` steps:
+    every parameter matrix each step, and step j reads keys and values of j slots in each layer.
+    Embedding tables count only through the tied head (a row gather reads a few rows)."""
+    shape, item = model.shape, next(model.parameters()).element_size()
+    weights = sum(p.numel() for name, p in model.core.named_parameters() if "modulation" not in name)
+    weights += model.vocab_size * shape.d_model  # the head
+    kv_slots = length * (length + 1) // 2
+    return weights * item * length, 2 * shape.n_layer * batch * shape.d_model * kv_slots * item
+
+
+def read_bandwidth(nbytes: int, repeats: int = 20) -> float:
+    """Bytes per second one `sum` streams through a float32 buffer of `nbytes` (median)."""
+    buffer = torch.ones(max(nbytes // 4, 1))
+    times = []
+    for _ in range(repeats + 2):
+        start = time.perf_counter()
+        buffer.sum()
+        times.append(time.perf_counter() - start)
+    return nbytes / statistics.median(times[2:])
+
+
+def print_roofline(model, args, rows: list[dict]) -> None:
+    """How far decoding is from its memory bound, and the MDM/AO-GPT ratio that bound allows."""
+    weight_b, kv_b = decode_bytes(model, args.batch, args.length)
+    per_step = (weight_b + kv_b) / args.length
+    bandwidth = read_bandwidth(int(per_step))
+    floor_s = (weight_b + kv_b) / bandwidth
+    print(f"# memory roofline of one-token-per-step decoding: a step reads {weight_b / args.length / 1e6:.1f} MB "
+          f"of weights + {kv_b / args.length / 1e6:.1f} MB of KV cache on average; at {bandwidth / 1e9:.1f} GB/s "
+          f"(`sum` over that many bytes) {args.length} steps take >= {floor_s:.3f} s")
+    for row in rows:
+        if row["steps"] == args.length:
+            print(f"# T = {row['steps']}: AO-GPT decodes at {floor_s / row['aogpt_s']:.0%} of that bound, AR at "
+                  f"{floor_s / row['ar_s']:.0%}; the bound allows MDM/AO-GPT <= {row['mdm_s'] / floor_s:.0f}x")
+
+
 def environment(args) -> dict:
     env = {"torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
            "processor": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
@@ -113,6 +152,8 @@ def main(argv=None) -> int:
         results.append(row)
         print(f"{steps:>6} {ar_s:>9.3f} {ao_s:>9.3f} {mdm_s:>9.3f} {row['mdm_over_aogpt']:>10.1f} "
               f"{row['aogpt_over_ar']:>9.2f}")
+    if args.device == "cpu":
+        print_roofline(build("aogpt", args), args, results)
     if args.json:
         Path(args.json).write_text(json.dumps({"env": environment(args), "args": vars(args), "rows": results},
                                               indent=2))
