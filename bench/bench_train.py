@@ -30,7 +30,8 @@ from jobs.engines import make_optimizer  # noqa: E402
 from jobs.runfiles import read_metrics  # noqa: E402
 from jobs.spec import RunSpec  # noqa: E402
 from jobs.tracking import PEAK_MATMUL_N, time_matmuls  # noqa: E402
-from jobs.train import lr_at, seed_everything, train  # noqa: E402
+from jobs.rng import seed_everything  # noqa: E402
+from jobs.train import lr_at, train  # noqa: E402
 
 WARMUP_STEPS = 2  # steps left out of every timing (allocator and thread-pool warm-up)
 

@@ -13,7 +13,6 @@ to an uninterrupted one on CPU fp32.
 from __future__ import annotations
 
 import math
-import random
 import signal
 import sys
 import threading
@@ -30,7 +29,9 @@ from jobs import checkpoint as ckpt
 from jobs.engines import eval_mode, make_engine
 from jobs.runfiles import (SPEC_FILE, add_status_warning, atomic_write_text, read_status,
                            truncate_metrics, write_status)
-from jobs.spec import ENGINES, PRECISIONS, ZERO_STAGES, RunSpec
+from jobs.rng import rng_state, seed_everything, set_rng_state
+from jobs.run_checks import check_run_dir, validate
+from jobs.spec import RunSpec
 from jobs.tracking import Progress, Tracker, measure_peak_flops, write_manifest
 
 _STOP = threading.Event()
@@ -56,98 +57,6 @@ def chunk_seed(seed: int, step: int, chunk: int, salt: int = TRAIN_SALT) -> int:
     """A 63-bit seed for the loss generator of one micro-batch, hashed from its coordinates."""
     state = np.random.SeedSequence([seed, step, chunk, salt]).generate_state(2, dtype=np.uint32)
     return (int(state[0]) << 31) ^ int(state[1])
-
-
-# ---------------------------------------------------------------------------------------------
-# Validation of input
-
-
-def validate(spec: RunSpec) -> None:
-    """Raise ValueError naming the first bad field and how to fix it."""
-    checks = [
-        (spec.engine in ENGINES, "engine", f"{spec.engine!r} is unknown; use one of {list(ENGINES)}"),
-        (spec.zero_stage in ZERO_STAGES, "zero_stage", f"{spec.zero_stage} is invalid; use 1, 2 or 3"),
-        (spec.precision in PRECISIONS, "precision", f"{spec.precision!r} is unknown; use {list(PRECISIONS)}"),
-        (spec.steps > 0, "steps", f"{spec.steps} must be a positive number of optimizer steps"),
-        (spec.lr > 0, "lr", f"{spec.lr} must be positive"),
-        (spec.warmup_steps >= 0, "warmup_steps", f"{spec.warmup_steps} must be >= 0"),
-        (spec.seq_len >= 2, "seq_len", f"{spec.seq_len} must be >= 2"),
-        (spec.batch_size > 0, "batch_size", f"{spec.batch_size} must be positive"),
-        (spec.micro_batch_size >= 0 and spec.batch_size % spec.micro_batch == 0, "micro_batch_size",
-         f"{spec.micro_batch_size} must divide batch_size {spec.batch_size} (0 = no accumulation)"),
-        (0.0 <= spec.ema < 1.0, "ema", f"{spec.ema} must be in [0, 1) (0 = off)"),
-        (0.0 <= spec.min_lr_ratio <= 1.0, "min_lr_ratio", f"{spec.min_lr_ratio} must be in [0, 1]"),
-        (spec.grad_clip > 0, "grad_clip", f"{spec.grad_clip} must be positive"),
-        (spec.keep_checkpoints >= 1, "keep_checkpoints", f"{spec.keep_checkpoints} must be >= 1"),
-        (spec.checkpoint_every >= 0, "checkpoint_every", f"{spec.checkpoint_every} must be >= 0"),
-        (spec.eval_every >= 0, "eval_every", f"{spec.eval_every} must be >= 0"),
-        (spec.log_every >= 1, "log_every", f"{spec.log_every} must be >= 1"),
-        (spec.eval_batches >= 1, "eval_batches", f"{spec.eval_batches} must be >= 1"),
-    ]
-    for ok, name, message in checks:
-        if not ok:
-            raise ValueError(f"{name}: {message}")
-
-
-def check_run_dir(run_dir: Path, spec: RunSpec) -> None:
-    """A run directory holds one run: refuse a spec.json with another run id."""
-    path = run_dir / SPEC_FILE
-    if not path.exists():
-        return
-    try:
-        existing = RunSpec.load(path)
-    except (OSError, ValueError, TypeError) as error:
-        raise ValueError(f"run_dir: {path} is unreadable ({error}); use a fresh --run-dir") from None
-    if existing.run_id != spec.run_id:
-        raise ValueError(f"run_dir: {run_dir} holds run {existing.run_id}, not {spec.run_id}; "
-                         "use a fresh --run-dir or the same spec")
-    saved = ckpt.checkpoint_dirs(run_dir)
-    engine = _saved_engine(saved[-1]) if saved else spec.engine
-    if engine is not None and engine != spec.engine:
-        raise ValueError(f"engine: the checkpoints in {run_dir} were written by engine {engine!r}; "
-                         f"rerun with --engine {engine}")
-
-
-def _saved_engine(path: Path) -> str | None:
-    try:
-        return ckpt.read_meta(path)["engine"]
-    except (OSError, ValueError, KeyError):
-        return None  # a corrupt checkpoint: resume() reports it and falls back
-
-
-# ---------------------------------------------------------------------------------------------
-# RNG state (weights_only-loadable: tensors, ints, floats, strings, tuples)
-
-
-def rng_state(generator: torch.Generator) -> dict[str, Any]:
-    """torch (CPU and CUDA), numpy, python and loss-generator RNG states."""
-    name, keys, pos, has_gauss, gauss = np.random.get_state()
-    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
-             "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                       "has_gauss": int(has_gauss), "gauss": float(gauss)},
-             "generator": generator.get_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def seed_everything(seed: int) -> None:
-    """Seed torch (all devices), numpy and python's global RNGs."""
-    torch.manual_seed(seed)
-    np.random.seed(seed)
-    random.seed(seed)
-
-
-def set_rng_state(state: dict[str, Any], generator: torch.Generator) -> None:
-    """Inverse of `rng_state`."""
-    torch.set_rng_state(state["torch"])
-    version, internal, gauss_next = state["python"]
-    random.setstate((version, tuple(internal), gauss_next))
-    n = state["numpy"]
-    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
-    generator.set_state(state["generator"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import torch
 from jobs import checkpoint as ckpt
 from jobs.runfiles import (append_metrics, read_metrics, read_status, truncate_metrics,
                            write_status)
-from jobs.train import rng_state, set_rng_state
+from jobs.rng import rng_state, set_rng_state
 
 
 def make_checkpoint(run_dir, step, keep=3, payload=None):
