@@ -73,6 +73,22 @@ def main() -> None:
         family, options = VARIANTS[name]
         variant, ar = median_pair(make_step(family, options, args), make_step("ar", {}, args), args)
         print(f"{name:24s} {variant:10.4f} {ar:9.4f} {variant / ar:11.3f}")
+    if "aogpt(adaln)" in chosen:
+        print(f"# aogpt(adaln): its adaLN projection tables (Linear(c, 6d) per block on all {args.seq_len} "
+              f"positions, forward and backward) add {adaln_flop_share(args):.1%} to ar's matmul FLOPs per step")
+
+
+def adaln_flop_share(args) -> float:
+    """Training FLOPs of adaLN's per-position projections over ar's training FLOPs per step.
+
+    The tables are 6 · seq_len · (weights of the modulation Linears) per step; ar's step is
+    flops_per_token · batch · seq_len. At B·T tokens and P = T positions this is ~64 / (B · d)
+    for c = 128, less attention and head FLOPs: 3.9 % at the 3M rung (d 192, batch 8), 2.1 % at
+    the 125M rung's shape with batch 4."""
+    ao = build_model("aogpt", args.size, vocab_size=args.vocab, seq_len=args.seq_len, target_pe="adaln")
+    ar = build_model("ar", args.size, vocab_size=args.vocab, seq_len=args.seq_len)
+    tables = sum(m.weight.numel() for name, m in ao.named_modules() if name.endswith("modulation"))
+    return 6 * args.seq_len * tables / (ar.flops_per_token() * args.batch * args.seq_len)
 
 
 def median_pair(step, reference, args) -> tuple[float, float]:
