@@ -108,7 +108,7 @@ def test_bernoulli_step_counts_follow_the_binomial():
         assert stats.chisquare(obs, exp).pvalue > 0.001
 
 
-def test_fp64_multinomial_draws_match_softmax_and_top_p():
+def test_fp64_draws_match_softmax_and_top_p():
     g = torch.Generator().manual_seed(6)
     logits = torch.tensor([2.0, 1.0, 0.0, -1.0, -3.0])
     n = 20000
@@ -131,19 +131,35 @@ def test_inverse_cdf_draws_follow_unnormalised_probabilities_and_skip_zeros():
     expected = (weights[live] / weights.sum() * n).numpy()
     assert stats.chisquare(counts[live].numpy(), expected).pvalue > 0.001
     assert sm.draw_categorical(weights.view(1, 2, 3), g).shape == (1, 2)
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="^logits: "):
+            sm.sample_logits(torch.tensor([[0.0, bad, 1.0]]), generator=g)
+    with pytest.raises(ValueError, match="^logits: "):
+        sm.draw_categorical(torch.zeros(2, 3, dtype=torch.float64), g)
+    logits = torch.tensor([[0.5, -1.0, 2.0]], dtype=torch.float64)
+    sm.sample_logits(logits, 0.5, generator=g)
+    assert logits.tolist() == [[0.5, -1.0, 2.0]]  # fp64 logits are not modified in place
 
 
-def test_decode_layout_holds_weights_column_major_and_restores_them():
-    model = _model("ar")
+@pytest.mark.parametrize("tie_head", [True, False])
+def test_decode_layout_holds_weights_column_major_and_restores_them(tie_head):
+    model = _model("ar", tie_head=tie_head)
     linears = [m for m in model.core.blocks.modules() if isinstance(m, torch.nn.Linear)]
     before = [(m.weight.data_ptr(), m.weight.detach().clone()) for m in linears]
+    h = torch.randn(2, 3, model.shape.d_model)
+    with torch.no_grad():
+        logits = model.logits_from_hidden(h)
     with pytest.raises(RuntimeError, match="inside"):
-        with model.core.decode_layout():
+        with model.decode_layout(), torch.no_grad():
             for m, (_, value) in zip(linears, before):
                 assert m.weight.stride() == (1, m.weight.shape[0]) and torch.equal(m.weight, value)
+            head = model._decode_head[0]
+            assert head.stride() == (1, V) and model.wte.weight.is_contiguous()  # lookups stay row-major
+            assert (model.logits_from_hidden(h) - logits).abs().max() <= 1e-6
             raise RuntimeError("inside")
     for m, (ptr, value) in zip(linears, before):
         assert m.weight.data_ptr() == ptr and m.weight.is_contiguous() and torch.equal(m.weight, value)
+    assert model._decode_head is None
 
 
 @pytest.mark.parametrize("sampler", ["ancestral", "analytic", "euler"])
