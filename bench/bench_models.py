@@ -18,6 +18,7 @@ import time
 
 import torch
 
+from jobs.allocator import keep_freed_memory
 from models import build_model
 
 VARIANTS = {
@@ -64,6 +65,7 @@ def main() -> None:
     unknown = [name for name in chosen if name not in VARIANTS]
     if unknown:
         parser.error(f"--variants: unknown {unknown[0]!r}; choose from {', '.join(VARIANTS)}")
+    keep_freed_memory()  # as the trainer does on CPU
     torch.manual_seed(0)
     print(f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, threads "
           f"{torch.get_num_threads()}; size {args.size}, seq_len {args.seq_len}, batch {args.batch}, "

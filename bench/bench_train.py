@@ -25,6 +25,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from jobs.allocator import keep_freed_memory  # noqa: E402
 from jobs.checkpoint import model_from_spec  # noqa: E402
 from jobs.engines import make_optimizer  # noqa: E402
 from jobs.runfiles import read_metrics  # noqa: E402
@@ -78,6 +79,7 @@ def engine_tokens_per_s(spec: RunSpec) -> float:
 def bench_mfu(args: argparse.Namespace) -> None:
     spec = make_spec(args)
     flops_per_token = model_from_spec(spec).flops_per_token()
+    keep_freed_memory()  # process-wide, set by the trainer's first run anyway: the plain loop gets it from the start
     peaks, plain, engine = [], [], []
     for _ in range(args.rounds):  # interleaved, so background load hits all three alike
         peaks.append(time_matmuls(torch.device("cpu"), torch.float32, PEAK_MATMUL_N["cpu"]))

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from jobs import checkpoint as ckpt
+from jobs.allocator import keep_freed_memory
 from jobs.engines import eval_mode, make_engine
 from jobs.runfiles import (SPEC_FILE, add_status_warning, atomic_write_text, read_status,
                            truncate_metrics, write_status)
@@ -137,6 +138,8 @@ def setup(run_dir: Path, spec: RunSpec) -> Run:
     except ValueError as error:
         raise InputError(str(error)) from None
     dtype = torch.bfloat16 if engine.bf16 else torch.float32
+    if engine.device.type == "cpu":
+        keep_freed_memory()  # activations are allocated again every step: no page faults for them
     if engine.rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir / SPEC_FILE, spec.to_json() + "\n")
