@@ -26,6 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from jobs.allocator import keep_freed_memory  # noqa: E402
 from models import build_model  # noqa: E402
 from models import sampling as sm  # noqa: E402
 
@@ -135,6 +136,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    keep_freed_memory()  # as jobs.evaluate and jobs.generate do
     steps_list = [int(s) for s in args.steps.split(",")]
     run = runners(args)
     print(f"# {json.dumps(environment(args))}")

@@ -1,10 +1,12 @@
-"""Keep freed CPU memory in the process for the next training step (glibc's malloc).
+"""Keep freed CPU memory in the process for the next step (glibc's malloc).
 
-A training step frees and allocates the same activation-sized blocks every step. By default
-glibc maps each block above a dynamic threshold (128 KB at first) fresh from the OS and trims
-the heap when much of it is free, so the next step pays page faults to get the memory back:
-5,000-43,000 minor faults per step at the 3M rung (batch 8 x 256; ~3 with this setting), ~6 % of an
-aogpt(adaln) step and 1 % of an ar step (`bench/bench_models.py` applies the same setting).
+Training and evaluation free and allocate the same activation-sized blocks every step. By
+default glibc maps each block above a dynamic threshold (128 KB at first) fresh from the OS and
+trims the heap when much of it is free, so the next step pays page faults to get the memory
+back: 5,000-43,000 minor faults per training step at the 3M rung (batch 8 x 256; ~3 with this
+setting), ~6 % of an aogpt(adaln) step and 1 % of an ar step, and 15 % of MDM sampling time
+(64 steps, batch 8 x 256). The trainer (on CPU) and `jobs.evaluate.load_run` apply it; so do
+the benches, to time what the jobs run.
 """
 from __future__ import annotations
 
@@ -12,8 +14,7 @@ import ctypes
 import ctypes.util
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt parameters, glibc <malloc.h>
-# glibc refuses mmap thresholds above DEFAULT_MMAP_THRESHOLD_MAX = 4 MiB x sizeof(long) on 64-bit.
-MMAP_THRESHOLD_BYTES = 32 << 20
+MMAP_THRESHOLD_BYTES = 32 << 20  # above every activation of the CPU rungs (10M, batch 16: 21 MB)
 TRIM_THRESHOLD_BYTES = 1 << 30  # free memory kept at the heap's top before it is returned
 
 

@@ -26,6 +26,7 @@ from typing import Callable
 import polars as pl
 import torch
 
+from jobs.allocator import keep_freed_memory
 from jobs.records import record, run_context, to_frame, write_records
 from models import likelihood as lk
 
@@ -282,11 +283,13 @@ def load_run(run_dir: str | Path, weights: str):
     if not (run_dir / "spec.json").is_file():
         raise InputError(f"--run-dir: {run_dir} has no spec.json; pass a run directory")
     try:
-        return load_model(run_dir, weights=weights)
+        loaded = load_model(run_dir, weights=weights)
     except FileNotFoundError as error:
         raise InputError(f"--run-dir: {error}") from None
     except ValueError as error:
         raise InputError(str(error)) from None
+    keep_freed_memory()  # the model is on the CPU, fed batches of the same shapes again and again
+    return loaded
 
 
 def _seq_len(model, settings: Settings) -> int:
