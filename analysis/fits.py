@@ -124,8 +124,9 @@ def fit_points(points: tuple[Point, ...], *, labels: dict, x: str, form: str, na
     params = {n: Param(float(point[i]), (float(lo[i]), float(hi[i]))) for i, n in enumerate(names)}
     boundary = _boundary_notes(point)  # a flat or step-like curve: the power law is not identified
     notes = "; ".join(dropped + boundary)
+    predictions = () if boundary else _predictions(point, boot, xs.max())  # no power law: no extrapolation
     return CurveFit(**base, params=params, status="at_bound" if boundary else "ok", reason=notes,
-                    predictions=_predictions(point, boot, xs.max()), samples=boot)
+                    predictions=predictions, samples=boot)
 
 
 def _to_original(theta: np.ndarray, x_ref: float) -> np.ndarray:

@@ -51,6 +51,7 @@ def fits_section(fits: list[CurveFit], x: str, resamples: int) -> list[Block]:
               "A size needs >= 2 seeds and a fit >= 3 such sizes, otherwise it is reported as not identifiable."),
             table(head, fit_rows(fits, ("E", "A", "alpha"), keys)),
             h("Extrapolated predictions", 3),
+            p("Only fits with status ok are extrapolated."),
             table([*keys, x, "prediction [95% CI] (n = min seeds per size)"], preds) if preds else p("none")]
 
 

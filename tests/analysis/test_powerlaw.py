@@ -88,3 +88,4 @@ def test_curves_that_are_no_power_law_are_flagged_at_bound_not_ok(curve):
                    for i, (x, v) in enumerate(zip((1e5, 3.3e5, 1e6), curve)))  # the quickstart's rungs
     fit = fit_points(points, labels={}, x="n_params", form="", names=POWER_NAMES, resamples=50, seed=0)
     assert fit.status == "at_bound" and "exponent at its bound" in fit.reason
+    assert fit.curve() is None and fit.predictions == ()  # nothing is extrapolated from it
