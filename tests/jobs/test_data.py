@@ -1,79 +1,18 @@
-"""jobs.data: offline tokenizers, corpora, cached token arrays and pure batch sampling."""
+"""jobs.data: corpora, cached token arrays and pure batch sampling."""
 from __future__ import annotations
 
 import hashlib
 import json
 import multiprocessing
 import os
-import socket
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-import tiktoken
 import torch
 
 from jobs import data
-
-# tokenizer_hash("gpt2") pinned: it names cache files and enters manifests, so it must not drift.
-GPT2_TOKENIZER_SHA256 = "fa87227ac6ed8d3b"
-
-
-@pytest.fixture()
-def no_network(monkeypatch):
-    """Any attempt to open a network connection fails the test."""
-    def refuse(*args, **kwargs):
-        raise AssertionError("network access attempted")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
-
-
-def test_gpt2_builds_offline_without_any_tiktoken_cache(tmp_path, monkeypatch, no_network):
-    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty"))
-    data.get_encoding.cache_clear()
-    data._tokenizer_spec.cache_clear()
-    enc = data.get_encoding("gpt2")
-    assert enc.encode("hello world") == [31373, 995]
-    assert enc.n_vocab == 50257
-    assert data.eot_token(enc) == enc.eot_token == 50256
-    assert not (tmp_path / "empty").exists() or not any((tmp_path / "empty").iterdir())
-
-
-def test_gpt2_equals_tiktoken_from_data_kit_cache(data_kit, monkeypatch):
-    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(data_kit / "tiktoken_cache"))
-    reference = tiktoken.get_encoding("gpt2")
-    ours = data.get_encoding("gpt2")
-    text = (data_kit / "text/wikitext-2-raw/wiki.test.raw").read_text("utf-8")
-    ids = ours.encode_ordinary(text)
-    assert len(ids) > 250_000
-    assert ids == reference.encode_ordinary(text)
-    assert all(ours.decode_single_token_bytes(i) == reference.decode_single_token_bytes(i)
-               for i in range(reference.n_vocab))
-
-
-def test_tokenizer_hash_is_pinned_and_distinct():
-    assert data.tokenizer_hash("gpt2")[:16] == GPT2_TOKENIZER_SHA256
-    assert data.tokenizer_hash("bytes") != data.tokenizer_hash("gpt2")
-    assert len(data.tokenizer_hash("bytes")) == 64
-
-
-def test_bytes_tokenizer_round_trips_utf8():
-    enc = data.get_encoding("bytes")
-    text = "Hamlet: To be, or not — «ça» 🌍\n\t<|endoftext|> end"
-    ids = enc.encode_ordinary(text)
-    assert ids == list(text.encode("utf-8"))
-    assert enc.decode(ids) == text
-    assert enc.n_vocab == 257 and data.eot_token(enc) == 256
-    assert enc.encode("<|endoftext|>", allowed_special="all") == [256]
-    assert data.token_dtype(enc.n_vocab) == np.uint16
-
-
-def test_unknown_tokenizer_lists_choices():
-    with pytest.raises(ValueError, match=r"tokenizer 'sentencepiece'.*bytes.*gpt2"):
-        data.get_encoding("sentencepiece")
-
 
 def test_shakespeare_split_is_by_play_and_large(cache_dir):
     train = data.load_documents("shakespeare", "train")
