@@ -160,12 +160,13 @@ class Transformer(nn.Module):
 
     @contextmanager
     def decode_layout(self):
-        """Hold each block Linear's weight [out, in] column-major (same values) inside the block.
+        """Within the `with` block, hold each CPU block Linear's weight [out, in] column-major
+        (same values); the original tensors are restored on exit.
 
-        Decoding multiplies a few rows by every weight; on CPU, MKL streams a row-major
-        [in, out] operand (which `F.linear` then passes to addmm untransposed) ~1.4x faster
-        than the usual layout (0.63 vs 0.90 ms for the 3M core's 28 weights, batch 8). The
-        original tensors are restored on exit; other devices are left alone.
+        Decoding multiplies a few rows by every weight; MKL streams a row-major [in, out]
+        operand (which `F.linear` then passes to addmm untransposed) ~1.4x faster than the usual
+        layout (0.63 vs 0.90 ms for the 3M core's 28 weights, batch 8). It changes the shared
+        module, so no other thread may train the model meanwhile.
         """
         linears = [m for m in self.blocks.modules() if isinstance(m, nn.Linear) and m.weight.device.type == "cpu"]
         originals = [m.weight.data for m in linears]
