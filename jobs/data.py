@@ -23,8 +23,7 @@ import tiktoken
 import torch
 
 from jobs.runfiles import atomic_write
-# the tokenizer API is also reachable as jobs.data.get_encoding & co.
-from jobs.tokenizers import eot_token, get_encoding, token_dtype, tokenizer_hash  # noqa: F401
+from jobs.tokenizers import eot_token, get_encoding, token_dtype, tokenizer_hash  # also jobs.data's API
 
 SPLITS = ("train", "validation")
 # Bump when tokenisation or corpus preprocessing changes: it enters every cache file name.

@@ -25,7 +25,6 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from .families.mdm import NOISE_EPS
 
 MAX_LOGIT_ELEMENTS = 1 << 25  # rows·L·V per forward (128 MiB of fp32 logits) before chunking
 ESTIMATORS = ("mdlm", "kdce")

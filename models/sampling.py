@@ -67,8 +67,7 @@ def draw_categorical(weights: torch.Tensor, generator: torch.Generator | None = 
     flat = weights.reshape(-1, weights.shape[-1])
     cdf = flat.cumsum(-1)
     total = cdf[:, -1:]
-    smallest = float(total.min())  # one sync; NaN if any total is NaN
-    if not 0 < smallest or not math.isfinite(float(total.max())):
+    if not bool(((total > 0) & total.isfinite()).all()):  # NaN fails both comparisons
         raise ValueError("logits: a row has NaN, infinite or all-zero probabilities; check the model's outputs")
     u = torch.rand(flat.shape[0], 1, dtype=cdf.dtype, device=cdf.device, generator=generator).mul_(total)
     u = torch.minimum(u, total.nextafter(torch.zeros_like(total)))  # u < total after rounding too

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core import NORMS, CoreConfig, Transformer, init_weights
+from ..core import NORMS, CoreConfig, Transformer, column_major, init_weights
 from ..ladder import Shape
 
 Validator = Callable[[Any], bool]
@@ -98,7 +98,7 @@ class FamilyModel(nn.Module):
         with self.core.decode_layout():
             if weight.device.type == "cpu":
                 with torch.no_grad():
-                    self._decode_head = (weight.t().contiguous().t(), None if head is None else head.bias)
+                    self._decode_head = (column_major(weight), None if head is None else head.bias)
             try:
                 yield
             finally:
