@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .modulation import Modulation, chunk_projection
+
 NORMS = ("layernorm", "rmsnorm")
 
 
@@ -125,15 +127,16 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
         self.modulation = nn.Linear(cfg.cond_dim, 6 * cfg.d_model) if cfg.cond_dim else None
 
-    def forward(self, x, mod=None, attn_mask=None, is_causal=False, cache=None, layer=0):
-        """mod: this block's (shift, 1 + scale, gate) x 2 per token, or None without conditioning."""
+    def forward(self, x, mod: Modulation | None = None, attn_mask=None, is_causal=False, cache=None, layer=0):
+        """mod: the pass's adaLN modulation (this block reads chunks 6·layer .. 6·layer + 5), or
+        None without conditioning."""
         attend = lambda h: self.attn(h, attn_mask, is_causal, cache, layer)  # noqa: E731
         if mod is None:
             x = x + attend(self.norm1(x))
             return x + self.mlp(self.norm2(x))
-        shift1, scale1, gate1, shift2, scale2, gate2 = mod
-        x = mul_add(x, gate1, attend(mul_add(shift1, self.norm1(x), scale1)))
-        return mul_add(x, gate2, self.mlp(mul_add(shift2, self.norm2(x), scale2)))
+        k = 6 * layer
+        x = mod.residual(k + 2, x, attend(mod.norm(k, self.norm1, x)))
+        return mod.residual(k + 5, x, self.mlp(mod.norm(k + 3, self.norm2, x)))
 
 
 class Transformer(nn.Module):
@@ -146,17 +149,14 @@ class Transformer(nn.Module):
         self.norm = make_norm(cfg.norm, cfg.d_model, cfg.bias)
         self.final_modulation = nn.Linear(cfg.cond_dim, 2 * cfg.d_model) if cfg.cond_dim else None
 
-    def modulation_tables(self, cond: torch.Tensor) -> torch.Tensor:
-        """adaLN projections of raw conditioning rows [..., c], packed chunk-major into one
-        contiguous [6·L + 2, ..., d]: (shift, 1 + scale, gate) x 2 per block, then the final
-        norm's (shift, 1 + scale). Each chunk is a contiguous [..., d] table, so a row gather
-        reads it in place, and one `index_select` gathers a decoding step's rows for every layer.
+    def modulation_tables(self, cond: torch.Tensor) -> list[torch.Tensor]:
+        """adaLN projections of raw conditioning rows [..., c]: per block a chunk-major [6, ..., d]
+        holding (shift, 1 + scale, gate) x 2, then the final norm's [2, ..., d] (shift, 1 + scale).
+        Each chunk is a contiguous [..., d] table that the kernels and gathers read in place.
 
         Computed once, a table of every target position serves every decoding step."""
         c = F.silu(cond)
-        mods = [chunk_major(b.modulation(c), 6) for b in self.blocks] + [chunk_major(self.final_modulation(c), 2)]
-        tables = torch.cat(mods)  # one pass makes the chunk-major views contiguous
-        return tables.add_(is_scale(tables.shape[0], tables))
+        return [chunk_projection(b.modulation, c, 6) for b in self.blocks] + [chunk_projection(self.final_modulation, c, 2)]
 
     @contextmanager
     def decode_layout(self):
@@ -190,118 +190,19 @@ class Transformer(nn.Module):
             if cond_index is not None and cond_index.numel() < cond.shape[0]:
                 cond, cond_index = cond[cond_index], None  # few tokens: project per token
             tables = self.modulation_tables(cond)
-        rows = modulation_rows(tables, cond_index)
+        mod = None if tables is None else Modulation(tables, cond_index, x)
         for i, block in enumerate(self.blocks):
             if adds is not None:
                 x = x + adds[i]
-            mod = None if rows is None else rows[6 * i:6 * i + 6]
             x = block(x, mod, attn_mask, is_causal, cache, i)
-        if rows is None:
+        if mod is None:
             return self.norm(x)
-        shift, scale = rows[-2:]
-        return mul_add(shift, self.norm(x), scale)
+        return mod.norm(6 * len(self.blocks), self.norm, x)
 
 
 def column_major(weight: torch.Tensor) -> torch.Tensor:
     """A copy of a 2-D weight with the same values, stored column-major (strides (1, rows))."""
     return weight.t().contiguous().t()
-
-
-def mul_add(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    """a + b·c (broadcasting); under autograd its backward makes one product per input."""
-    if not torch.is_grad_enabled():
-        return torch.addcmul(a, b, c)
-    return _MulAdd.apply(a, b, c)
-
-
-class _MulAdd(torch.autograd.Function):
-    """`torch.addcmul(a, b, c)` with a leaner backward: autograd's formula for addcmul scales
-    by `value` with a second full-size product per input (c·1, then ·grad); here grad_b = g·c
-    and grad_c = g·b are one pass each and grad_a is g itself (adaLN makes four per block)."""
-
-    @staticmethod
-    def forward(ctx, a, b, c):
-        ctx.save_for_backward(b, c)
-        ctx.shapes = (a.shape, b.shape, c.shape)
-        return torch.addcmul(a, b, c)
-
-    @staticmethod
-    def backward(ctx, grad):
-        b, c = ctx.saved_tensors
-        need = ctx.needs_input_grad
-        grads = (grad if need[0] else None, grad * c if need[1] else None, grad * b if need[2] else None)
-        return tuple(None if g is None else g.sum_to_size(shape) for g, shape in zip(grads, ctx.shapes))
-
-
-def chunk_major(mod: torch.Tensor, n: int) -> torch.Tensor:
-    """[..., n·d] -> a view [n, ..., d]."""
-    return mod.unflatten(-1, (n, -1)).movedim(-2, 0)
-
-
-def is_scale(n: int, like: torch.Tensor) -> torch.Tensor:
-    """1 for the scale chunks (every second of a (shift, scale, gate) triple) of n chunks, else
-    0, shaped to broadcast over `like` [n, ..., d]: adding it turns scale into 1 + scale."""
-    ones = torch.tensor([i % 3 == 1 for i in range(n)], dtype=like.dtype, device=like.device)
-    return ones.view(n, *([1] * (like.dim() - 1)))
-
-
-def modulation_rows(tables: torch.Tensor | None, index: torch.Tensor | None):
-    """Every chunk of packed `tables` [K, ..., d] per token: a tuple of K tensors, or None
-    without conditioning.
-
-    With `index` [B, T] the tables are per position ([K, P, d]) and row index[b, t] of each
-    chunk is gathered for token (b, t); otherwise they already hold per-token (or
-    per-sequence) rows.
-    """
-    if tables is None:
-        return None
-    if index is None:
-        return tables.unbind(0)
-    if not torch.is_grad_enabled():  # decoding: no autograd bookkeeping
-        return _gather_rows(tables, index)
-    return _GatherRows.apply(tables, index)
-
-
-ONE_GATHER_MAX_BYTES = 1 << 24  # above this, gather chunk by chunk (see `_gather_rows`)
-
-
-def _gather_rows(tables: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """(tables[0][index], ..., tables[K-1][index]) for contiguous tables [K, P, d]: K tensors
-    [B, T, d].
-
-    A decoding step's few rows come from one `index_select` along the position dimension. A
-    training batch's rows are gathered per chunk instead: one allocation for all K chunks
-    (69 MB at the 3M rung, batch 8 x 256) is mapped fresh by the allocator on every call,
-    and its page faults made the gather 10x slower (25 vs 2.6 ms).
-    """
-    flat = index.reshape(-1)
-    if flat.numel() * tables.shape[0] * tables.shape[-1] * tables.element_size() <= ONE_GATHER_MAX_BYTES:
-        return tables.index_select(1, flat).view(tables.shape[0], *index.shape, -1).unbind(0)
-    return tuple(chunk.index_select(0, flat).view(*index.shape, -1) for chunk in tables.unbind(0))
-
-
-class _GatherRows(torch.autograd.Function):
-    """(tables[0][index], ..., tables[K-1][index]) for tables [K, P, d] and index [B, T].
-
-    Same values and gradients as indexing, but the backward scatters each chunk's gradient
-    with `index_add_`, which on CPU is ~10x faster than the accumulating `index_put_` autograd
-    would use, and no stack of the K gradients is needed.
-    """
-
-    @staticmethod
-    def forward(ctx, tables, index):
-        ctx.save_for_backward(index)
-        ctx.table_shape = tables.shape
-        return _gather_rows(tables, index)
-
-    @staticmethod
-    def backward(ctx, *grads):
-        (index,) = ctx.saved_tensors
-        flat = index.reshape(-1)
-        grad_tables = grads[0].new_zeros(ctx.table_shape)
-        for chunk, grad in zip(grad_tables.unbind(0), grads):
-            chunk.index_add_(0, flat, grad.reshape(flat.numel(), -1))
-        return grad_tables, None
 
 
 def init_weights(module: nn.Module, n_layer: int) -> None:

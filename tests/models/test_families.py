@@ -132,39 +132,3 @@ def test_bad_tokens_are_rejected():
         model.loss(torch.zeros(1, L + 1, dtype=torch.long))
     with pytest.raises(ValueError, match="^tokens"):
         model.loss(torch.full((1, L), V))
-
-
-@pytest.mark.parametrize("one_gather_max_bytes", [0, 1 << 24])  # chunk by chunk, or one gather
-def test_gathered_modulation_matches_plain_indexing_in_value_and_gradient(one_gather_max_bytes, monkeypatch):
-    from models import core
-    from models.core import chunk_major, modulation_rows
-
-    monkeypatch.setattr(core, "ONE_GATHER_MAX_BYTES", one_gather_max_bytes)
-    gen = torch.Generator().manual_seed(0)
-    table = torch.randn(5, 3 * 4, generator=gen, dtype=torch.float64, requires_grad=True)
-    index = torch.randint(0, 5, (2, 7), generator=gen)  # repeated rows accumulate gradients
-    fast = modulation_rows(chunk_major(table, 3).contiguous(), index)
-    plain = modulation_rows(chunk_major(table[index], 3), None)
-    weights = [torch.randn(2, 7, 4, generator=gen, dtype=torch.float64) for _ in range(3)]
-    for a, b in zip(fast, plain):
-        assert torch.equal(a, b)
-    (grad_fast,) = torch.autograd.grad(sum((w * a).sum() for w, a in zip(weights, fast)), table)
-    (grad_plain,) = torch.autograd.grad(sum((w * b).sum() for w, b in zip(weights, plain)), table)
-    assert torch.allclose(grad_fast, grad_plain, rtol=0, atol=1e-12)
-    assert torch.autograd.gradcheck(lambda t: modulation_rows(chunk_major(t, 3).contiguous(), index), (table,))
-
-
-@pytest.mark.parametrize("shapes", [((2, 7, 4),) * 3, ((2, 7, 4), (2, 7, 4), (2, 1, 4)), ((1, 4), (2, 7, 4), (2, 7, 1))])
-def test_mul_add_equals_addcmul_in_value_and_gradient(shapes):
-    from models.core import mul_add
-
-    gen = torch.Generator().manual_seed(1)
-    a, b, c = (torch.randn(s, generator=gen, dtype=torch.float64, requires_grad=True) for s in shapes)
-    out = mul_add(a, b, c)
-    assert torch.equal(out, torch.addcmul(a, b, c))
-    weight = torch.randn(out.shape, generator=gen, dtype=torch.float64)
-    ours = torch.autograd.grad((weight * out).sum(), (a, b, c))
-    reference = torch.autograd.grad((weight * torch.addcmul(a, b, c)).sum(), (a, b, c))
-    for x, y in zip(ours, reference):
-        assert x.shape == y.shape and torch.allclose(x, y, rtol=0, atol=1e-12)
-    assert torch.autograd.gradcheck(mul_add, (a, b, c))
