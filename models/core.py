@@ -127,16 +127,25 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
         self.modulation = nn.Linear(cfg.cond_dim, 6 * cfg.d_model) if cfg.cond_dim else None
 
-    def forward(self, x, mod: Modulation | None = None, attn_mask=None, is_causal=False, cache=None, layer=0):
-        """mod: the pass's adaLN modulation (this block reads chunks 6·layer .. 6·layer + 5), or
-        None without conditioning."""
-        attend = lambda h: self.attn(h, attn_mask, is_causal, cache, layer)  # noqa: E731
-        if mod is None:
-            x = x + attend(self.norm1(x))
-            return x + self.mlp(self.norm2(x))
+    def forward(self, x, h, mod: Modulation | None, next_norm: nn.Module, attn_mask=None, is_causal=False,
+                cache=None, layer=0, add=None):
+        """x: the residual stream [B, T, d]; h: this block's first norm of it (modulated with
+        adaLN). Returns the updated stream and `next_norm` of it (the next block's first norm,
+        or the final norm): each norm is computed with the residual update that feeds it, which
+        the adaLN kernels fuse into one pass. mod: the pass's adaLN modulation (this block
+        reads chunks 6·layer + 2 .. 6·layer + 8), or None; add: added before `next_norm`."""
         k = 6 * layer
-        x = mod.residual(k + 2, x, attend(mod.norm(k, self.norm1, x)))
-        return mod.residual(k + 5, x, self.mlp(mod.norm(k + 3, self.norm2, x)))
+        x, h = residual_norm(mod, k + 2, x, self.attn(h, attn_mask, is_causal, cache, layer), self.norm2)
+        return residual_norm(mod, k + 5, x, self.mlp(h), next_norm, add)
+
+
+def residual_norm(mod: Modulation | None, k: int, x, y, norm: nn.Module, add=None):
+    """(x + y, norm(x + y)), or with `mod` their gated and modulated versions (chunk k is the
+    gate, k + 1 and k + 2 the norm's shift and 1 + scale)."""
+    if mod is not None:
+        return mod.residual_norm(k, x, y, norm)
+    x = x + y if add is None else x + y + add
+    return x, norm(x)
 
 
 class Transformer(nn.Module):
@@ -191,13 +200,16 @@ class Transformer(nn.Module):
                 cond, cond_index = cond[cond_index], None  # few tokens: project per token
             tables = self.modulation_tables(cond)
         mod = None if tables is None else Modulation(tables, cond_index, x)
+        if adds is not None:
+            x = x + adds[0]
+        first = self.blocks[0].norm1
+        h = first(x) if mod is None else mod.norm(0, first, x)
         for i, block in enumerate(self.blocks):
-            if adds is not None:
-                x = x + adds[i]
-            x = block(x, mod, attn_mask, is_causal, cache, i)
-        if mod is None:
-            return self.norm(x)
-        return mod.norm(6 * len(self.blocks), self.norm, x)
+            last = i + 1 == len(self.blocks)
+            next_norm = self.norm if last else self.blocks[i + 1].norm1
+            add = None if adds is None or last else adds[i + 1]
+            x, h = block(x, h, mod, next_norm, attn_mask, is_causal, cache, i, add)
+        return h
 
 
 def column_major(weight: torch.Tensor) -> torch.Tensor:

@@ -70,10 +70,11 @@ class AOGPT(FamilyModel):
         return {}
 
     def modulation_tables(self) -> list[torch.Tensor] | None:
-        """adaLN projections of every target position (fixed weights: compute once per decode)."""
+        """adaLN projections of every target position (fixed weights: compute once per decode),
+        packed into one [6·L + 2, P, d] so that a decoding step gathers its rows in one op."""
         if self.options["target_pe"] != "adaln":
             return None
-        return self.core.modulation_tables(self.tpe[0].weight)
+        return [torch.cat(self.core.modulation_tables(self.tpe[0].weight))]
 
     def hidden(self, x: torch.Tensor, targets: torch.Tensor, **core_kwargs) -> torch.Tensor:
         """Run the core on slot embeddings x [B, T, d] conditioned on targets [B, T]."""

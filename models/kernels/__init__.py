@@ -1,13 +1,13 @@
 """Fused CPU kernels for adaptive LayerNorm (see adaln.c), built on first use.
 
-The C source is compiled once per machine with the system C compiler (~1 s) into a cache
-folder (`AOSCALE_KERNEL_CACHE`, else `$XDG_CACHE_HOME/aoscale/kernels`) under a name that hashes
-the source, the compiler and its flags; a build is written to a temporary file and renamed into
-place, so concurrent first uses never see a half-written library. Without a compiler, or with
+The C source is compiled once per machine with the system C compiler (~1 s) into
+`cache_dir()`, under a name that hashes the source, the compiler and its flags. A build is
+written to a temporary file and renamed into place, so concurrent first uses (ranks, workers)
+never load a half-written library. Without a compiler, or with
 `AOSCALE_KERNELS=0`, `available()` is False and callers use their eager PyTorch path (same
-values, slower), after one warning.
+values, slower); a missing compiler or a failed build warns once.
 
-The kernels take float32 CPU tensors; `modulated_norm` and `gated_residual` are differentiable.
+The kernels take float32 CPU tensors; `modulated_norm` and `residual_norm` are differentiable.
 """
 from __future__ import annotations
 
@@ -26,18 +26,15 @@ SOURCE = Path(__file__).with_name("adaln.c")
 FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC")
 VECTOR_FLAGS = ("-mavx2", "-mfma")  # when the CPU has both: ~1.4x faster kernels than SSE2 here
 _SIGNATURES = {  # C argument types, in order: p = pointer, i = int64, f = float, n = int
-    "modnorm_forward": "ppppppppp" "iifnn",
-    "modnorm_backward": "pppppppppppppp" "iiinn",
-    "gated_forward": "ppppp" "iin",
-    "gated_backward": "ppppppp" "iiin",
+    "resnorm_forward": "pppppppppppp" "iifnn",
+    "resnorm_backward": "ppppppppppppppppppp" "iiinn",
 }
 _CTYPES = {"p": ctypes.c_void_p, "i": ctypes.c_int64, "f": ctypes.c_float, "n": ctypes.c_int}
 
 
 def cache_dir() -> Path:
-    if os.environ.get("AOSCALE_KERNEL_CACHE"):
-        return Path(os.environ["AOSCALE_KERNEL_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "aoscale" / "kernels"
+    """`$AOSCALE_KERNEL_CACHE`, else `~/.cache/aoscale/kernels` (per machine, not per data cache)."""
+    return Path(os.environ.get("AOSCALE_KERNEL_CACHE") or Path.home() / ".cache" / "aoscale" / "kernels")
 
 
 def _compiler() -> tuple[str, str]:
@@ -106,91 +103,76 @@ def _threads() -> int:
     return torch.get_num_threads()
 
 
-# ---- modulated norm ------------------------------------------------------------------------
-def modulated_norm(x, index, scale, shift, weight=None, bias=None, eps=1e-5, center=True):
-    """(norm(x)·weight + bias)·scale[index] + shift[index] for x [..., d] with index (flat,
-    one per row of x) into tables [P, d]; LayerNorm when `center`, else RMSNorm."""
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, scale, shift, weight, bias)):
-        return _ModulatedNorm.apply(x, index, scale, shift, weight, bias, eps, center)
-    return _modnorm_forward(x, index, scale, shift, weight, bias, eps, center)[0]
-
-
 def _affine(weight, bias, like):
     """The norm's (weight, bias), with 1 and 0 for what it lacks (the kernels take both)."""
     d = like.shape[-1]
-    return (like.new_ones(d) if weight is None else weight.detach(),
-            like.new_zeros(d) if bias is None else bias.detach())
+    return (like.new_ones(d) if weight is None else weight, like.new_zeros(d) if bias is None else bias)
 
 
-def _modnorm_forward(x, index, scale, shift, weight, bias, eps, center):
-    rows = x.contiguous().view(-1, x.shape[-1])  # [n, d]
-    n, d = rows.shape
-    out, mean, rstd = torch.empty_like(rows), rows.new_empty(n), rows.new_empty(n)
-    w, b = _affine(weight, bias, rows)
-    _library().modnorm_forward(rows.data_ptr(), index.data_ptr(), scale.data_ptr(), shift.data_ptr(),
-                               w.data_ptr(), b.data_ptr(), out.data_ptr(), mean.data_ptr(), rstd.data_ptr(),
-                               n, d, eps, int(center), _threads())
-    return out.view(x.shape), rows, mean, rstd
+def _address(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
 
 
-class _ModulatedNorm(torch.autograd.Function):
+def modulated_norm(x, index, scale, shift, weight=None, bias=None, eps=1e-5, center=True):
+    """h = (norm(x)·weight + bias)·scale[index] + shift[index] for x [..., d], `index` (one per
+    row of x) into tables [P, d]; LayerNorm when `center`, else RMSNorm."""
+    return _apply(x, None, index, None, scale, shift, weight, bias, eps, center)
+
+
+def residual_norm(x, y, index, gate, scale, shift, weight=None, bias=None, eps=1e-5, center=True):
+    """(x1, h): the gated residual update x1 = x + gate[index]·y and `modulated_norm` of x1."""
+    return _apply(x, y, index, gate, scale, shift, weight, bias, eps, center)
+
+
+def _apply(*args):
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in args):
+        return _ResidualNorm.apply(*args)
+    x1, h = _forward(*args)[:2]
+    return h if args[1] is None else (x1, h)
+
+
+def _forward(x, y, index, gate, scale, shift, weight, bias, eps, center):
+    x, y = x.contiguous(), None if y is None else y.contiguous()
+    d = x.shape[-1]
+    n = x.numel() // d  # rows
+    x1 = None if y is None else torch.empty_like(x)
+    h, stats = torch.empty_like(x), x.new_empty(2, n)  # stats: mean, rstd per row
+    w, b = _affine(weight, bias, x)
+    _library().resnorm_forward(x.data_ptr(), _address(y), index.data_ptr(), _address(gate), scale.data_ptr(),
+                               shift.data_ptr(), w.data_ptr(), b.data_ptr(), _address(x1), h.data_ptr(),
+                               stats[0].data_ptr(), stats[1].data_ptr(), n, d, eps, int(center), _threads())
+    return x1, h, x if x1 is None else x1, y, stats  # the last three: what the backward reads
+
+
+class _ResidualNorm(torch.autograd.Function):
+    """`residual_norm` (or, with y None, `modulated_norm`) with the fused backward."""
+
     @staticmethod
-    def forward(ctx, x, index, scale, shift, weight, bias, eps, center):
-        out, rows, mean, rstd = _modnorm_forward(x, index, scale, shift, weight, bias, eps, center)
-        ctx.save_for_backward(rows, index, scale, weight, bias, mean, rstd)
+    def forward(ctx, x, y, index, gate, scale, shift, weight, bias, eps, center):
+        x1, h, normed, y, stats = _forward(x, y, index, gate, scale, shift, weight, bias, eps, center)
+        ctx.save_for_backward(normed, y, index, gate, scale, weight, bias, stats)
         ctx.center = center
-        return out
+        ctx.set_materialize_grads(False)
+        return h if y is None else (x1, h)
 
     @staticmethod
-    def backward(ctx, grad):
-        rows, index, scale, weight, bias, mean, rstd = ctx.saved_tensors
-        g = grad.contiguous()
-        n, d = rows.shape
-        threads = _threads()
-        P, threads = scale.shape[0], _threads()
-        gx, gscale, gshift = torch.empty_like(rows), torch.empty_like(scale), torch.empty_like(scale)
-        gw, gb = rows.new_empty(d), rows.new_empty(d)
-        scratch = rows.new_empty((threads - 1) * (2 * P * d + 2 * d))  # other threads' partial sums
-        w, b = _affine(weight, bias, rows)
-        _library().modnorm_backward(g.data_ptr(), rows.data_ptr(), index.data_ptr(), scale.data_ptr(),
-                                    w.data_ptr(), b.data_ptr(), mean.data_ptr(), rstd.data_ptr(), gx.data_ptr(),
-                                    gscale.data_ptr(), gshift.data_ptr(), gw.data_ptr(), gb.data_ptr(),
-                                    scratch.data_ptr(), n, d, P, int(ctx.center), threads)
-        return (gx.view(grad.shape), None, gscale, gshift, None if weight is None else gw,
+    def backward(ctx, *grads):
+        normed, y, index, gate, scale, weight, bias, stats = ctx.saved_tensors
+        grad_x1, grad_h = (None, grads[0]) if len(grads) == 1 else grads
+        grad_h = torch.zeros_like(normed) if grad_h is None else grad_h.contiguous()
+        grad_x1 = None if grad_x1 is None else grad_x1.contiguous()
+        d, P, threads = normed.shape[-1], scale.shape[0], _threads()
+        n = normed.numel() // d
+        gx, gy = torch.empty_like(normed), None if y is None else torch.empty_like(normed)
+        gscale, gshift = torch.empty_like(scale), torch.empty_like(scale)
+        ggate = None if gate is None else torch.empty_like(gate)
+        gw, gb = normed.new_empty(d), normed.new_empty(d)
+        scratch = normed.new_empty((threads - 1) * (3 * P * d + 2 * d))  # other threads' partial sums
+        w, b = _affine(weight, bias, normed)
+        _library().resnorm_backward(
+            grad_h.data_ptr(), _address(grad_x1), normed.data_ptr(), _address(y), index.data_ptr(),
+            _address(gate), scale.data_ptr(), w.data_ptr(), b.data_ptr(), stats[0].data_ptr(),
+            stats[1].data_ptr(), gx.data_ptr(), _address(gy), _address(ggate), gscale.data_ptr(),
+            gshift.data_ptr(), gw.data_ptr(), gb.data_ptr(), scratch.data_ptr(), n, d, P, int(ctx.center), threads)
+        return (gx, gy, None, ggate, gscale, gshift, None if weight is None else gw,
                 None if bias is None else gb, None, None)
-
-
-# ---- gated residual ------------------------------------------------------------------------
-def gated_residual(x, y, index, gate):
-    """x + gate[index]·y for x, y [..., d] and a gate table [P, d] (index: one per row)."""
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, y, gate)):
-        return _GatedResidual.apply(x, y, index, gate)
-    return _gated_forward(x, y, index, gate)
-
-
-def _gated_forward(x, y, index, gate):
-    xs, ys = x.contiguous(), y.contiguous()
-    out = torch.empty_like(xs)
-    d = xs.shape[-1]
-    _library().gated_forward(xs.data_ptr(), ys.data_ptr(), index.data_ptr(), gate.data_ptr(), out.data_ptr(),
-                             xs.numel() // d, d, _threads())
-    return out
-
-
-class _GatedResidual(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, y, index, gate):
-        ctx.save_for_backward(y.contiguous(), index, gate)
-        return _gated_forward(x, y, index, gate)
-
-    @staticmethod
-    def backward(ctx, grad):
-        y, index, gate = ctx.saved_tensors
-        g = grad.contiguous()
-        threads = _threads()
-        gy, ggate = torch.empty_like(y), torch.empty_like(gate)
-        scratch = gate.new_empty(threads - 1, *gate.shape)  # other threads' partial sums
-        d = y.shape[-1]
-        _library().gated_backward(g.data_ptr(), y.data_ptr(), index.data_ptr(), gate.data_ptr(), gy.data_ptr(),
-                                  ggate.data_ptr(), scratch.data_ptr(), y.numel() // d, d, gate.shape[0], threads)
-        return grad, gy, None, ggate

@@ -59,21 +59,30 @@ def test_modulated_norm_kernel_matches_the_plain_expression(center, affine, thre
 
 
 @pytest.mark.skipif(not kernels.available(), reason="no C compiler: the eager path is tested instead")
-def test_gated_residual_kernel_matches_the_plain_expression(threads):
-    gen, x, index, gate, _, _, _ = _inputs(1)
-    y = torch.randn(x.shape, generator=gen).requires_grad_()
-    ours, plain = kernels.gated_residual(x, y, index, gate), x + gate[index] * y
-    assert torch.allclose(ours, plain, rtol=1e-6, atol=1e-6)  # the kernel may fuse multiply-add
-    grad_out = torch.randn(ours.shape, generator=gen)
-    for a, b in zip(torch.autograd.grad(ours, (x, y, gate), grad_out), torch.autograd.grad(plain, (x, y, gate), grad_out)):
-        assert torch.allclose(a, b, rtol=1e-6, atol=1e-6)
+@pytest.mark.parametrize("center", [True, False], ids=["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("stream_used", [True, False], ids=["stream-used", "only-norm-used"])
+def test_residual_norm_kernel_matches_the_plain_expression(center, stream_used, threads):
+    gen, x, index, scale, shift, weight, bias = _inputs(1)
+    y, gate = torch.randn(x.shape, generator=gen).requires_grad_(), torch.randn(P, D, generator=gen).requires_grad_()
+    x1, h = kernels.residual_norm(x, y, index, gate, scale, shift, weight, bias, 1e-5, center)
+    plain_x1 = x + gate[index] * y
+    plain_h = _reference_norm(plain_x1, index, scale, shift, weight, bias, center)
+    assert torch.allclose(x1, plain_x1, rtol=1e-6, atol=1e-6)  # the kernel may fuse multiply-add
+    assert torch.allclose(h, plain_h, rtol=0, atol=1e-5)
+    leaves = (x, y, gate, scale, shift, weight, bias)
+    grad_h, grad_x1 = torch.randn(h.shape, generator=gen), torch.randn(h.shape, generator=gen)
+    ours = (h * grad_h).sum() + ((x1 * grad_x1).sum() if stream_used else 0)
+    plain = (plain_h * grad_h).sum() + ((plain_x1 * grad_x1).sum() if stream_used else 0)
+    for a, b in zip(torch.autograd.grad(ours, leaves), torch.autograd.grad(plain, leaves)):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-5), (a - b).abs().max()
 
 
 @pytest.mark.skipif(not kernels.available(), reason="no C compiler: the eager path is tested instead")
 @pytest.mark.parametrize("family, options", [("aogpt", {}), ("aogpt", {"norm": "rmsnorm"}), ("mdm", {"loss": "sedd"})])
 def test_models_give_the_same_loss_and_gradients_with_and_without_the_kernels(family, options, monkeypatch):
     model = build_model(family, "0.1M", vocab_size=11, seq_len=16, **options)
-    tokens = torch.randint(0, 11, (3, 16), generator=torch.Generator().manual_seed(2))
+    tokens = torch.randint(0, 11, (16, 16), generator=torch.Generator().manual_seed(2))  # 256 rows: fused
+    assert tokens.numel() >= modulation.FUSED_MIN_ROWS
 
     def loss_and_grads():
         loss = model.loss(tokens, torch.Generator().manual_seed(3))
@@ -112,7 +121,7 @@ def test_a_missing_compiler_warns_once_and_falls_back_to_the_eager_path(tmp_path
             "with warnings.catch_warnings(record=True) as caught:\n"
             "    warnings.simplefilter('always')\n"
             "    m = build_model('aogpt', '0.1M', vocab_size=11, seq_len=16)\n"
-            "    for _ in range(2): m.loss(torch.randint(0, 11, (2, 16))).backward()\n"
+            "    for _ in range(2): m.loss(torch.randint(0, 11, (16, 16))).backward()\n"
             "print(kernels.available(), sum('kernels unavailable' in str(w.message) for w in caught))")
     env = {**os.environ, "CC": str(tmp_path / "no-such-cc"), "AOSCALE_KERNEL_CACHE": str(tmp_path / "cache")}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
