@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .kernels.decoder import Decoder, supported
 from .modulation import Modulation, chunk_projection
 
 NORMS = ("layernorm", "rmsnorm")
@@ -65,6 +66,14 @@ class KVCache:
         self.k[layer].narrow(2, self.length, k.shape[2]).copy_(k)  # narrow + copy_: a slice
         self.v[layer].narrow(2, self.length, v.shape[2]).copy_(v)  # assignment costs ~10 µs more
         return self.k[layer].narrow(2, 0, end), self.v[layer].narrow(2, 0, end)
+
+    def reserve(self, batch: int, heads: int, n_new: int, head_dim: int, like: torch.Tensor) -> None:
+        """Buffers in every layer with room for `n_new` slots after the committed ones (for a
+        decoding kernel that writes them itself)."""
+        end, template = self.length + n_new, like.new_empty(batch, heads, 0, head_dim)
+        for layer in range(len(self.k)):
+            if self.k[layer] is None or end > self.k[layer].shape[2]:
+                self.k[layer], self.v[layer] = (self._grown(old, template, end) for old in (self.k[layer], self.v[layer]))
 
     def _grown(self, old: torch.Tensor | None, new: torch.Tensor, end: int) -> torch.Tensor:
         size = max(end, self.FIRST_CAPACITY if old is None else 2 * old.shape[2])
@@ -157,6 +166,7 @@ class Transformer(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.norm = make_norm(cfg.norm, cfg.d_model, cfg.bias)
         self.final_modulation = nn.Linear(cfg.cond_dim, 2 * cfg.d_model) if cfg.cond_dim else None
+        self._decoder: Decoder | None = None  # within decode_layout: the fused decoding step
 
     def modulation_tables(self, cond: torch.Tensor) -> list[torch.Tensor]:
         """adaLN projections of raw conditioning rows [..., c]: per block a chunk-major [6, ..., d]
@@ -169,24 +179,42 @@ class Transformer(nn.Module):
 
     @contextmanager
     def decode_layout(self):
-        """Within the `with` block, hold each CPU block Linear's weight [out, in] column-major
-        (same values); the original tensors are restored on exit.
+        """Within the `with` block, run KV-cached decoding steps through the fused decoding
+        kernel (`models.kernels.decoder`) where it applies, and hold each CPU block Linear's
+        weight [out, in] column-major (same values) for the steps it does not cover; the
+        original tensors are restored on exit.
 
-        Decoding multiplies a few rows by every weight; MKL streams a row-major [in, out]
-        operand (which `F.linear` then passes to addmm untransposed) ~1.4x faster than the usual
-        layout (0.63 vs 0.90 ms for the 3M core's 28 weights, batch 8). It changes the shared
-        module, so no other thread may train the model meanwhile.
+        Decoding multiplies a few rows by every weight. The kernel does a whole step in one
+        call, reading weights packed once here; in eager steps MKL streams a row-major [in, out]
+        operand (which `F.linear` then passes to addmm untransposed) ~1.4x faster than the
+        usual layout (0.63 vs 0.90 ms for the 3M core's 28 weights, batch 8). It changes the
+        shared module, so no other thread may train the model meanwhile.
         """
+        decoder = Decoder(self) if supported(self) else None  # reads the row-major weights
         linears = [m for m in self.blocks.modules() if isinstance(m, nn.Linear) and m.weight.device.type == "cpu"]
-        originals = [m.weight.data for m in linears]
+        originals = [m.weight.data for m in linears]  # kept alive: the decoder reads them
         with torch.inference_mode(False), torch.no_grad():
             for m in linears:
                 m.weight.data = column_major(m.weight.data)
         try:
+            self._decoder = decoder
             yield
         finally:
+            self._decoder = None
             for m, weight in zip(linears, originals):
                 m.weight.data = weight
+
+    def _use_decoder(self, x, cache, cond, cond_index, tables, adds, attn_mask, is_causal) -> bool:
+        """A cached decoding step the fused kernel covers: float32 on the CPU, no autograd, no
+        per-block adds, a mask shared by the batch, and adaLN (if any) from one packed table
+        (`AOGPT.modulation_tables`)."""
+        if self._decoder is None or cache is None or torch.is_grad_enabled() or adds is not None or is_causal:
+            return False
+        if x.dtype != torch.float32 or x.device.type != "cpu" or (attn_mask is not None and attn_mask.dim() != 2):
+            return False
+        if tables is None:
+            return cond is None
+        return cond_index is not None and len(tables) == 1 and tables[0].shape[0] == 6 * len(self.blocks) + 2
 
     def forward(self, x, *, cond=None, cond_index=None, tables=None, adds=None, attn_mask=None,
                 is_causal=False, cache=None):
@@ -195,6 +223,8 @@ class Transformer(nn.Module):
         (b, t): the projections then run once per table row instead of once per token. `tables`
         are precomputed `modulation_tables` (then `cond` is not needed).
         adds: per-block tensors broadcastable to x, added before each block."""
+        if self._use_decoder(x, cache, cond, cond_index, tables, adds, attn_mask, is_causal):
+            return self._decoder(x, cache, None if tables is None else tables[0], cond_index, attn_mask)
         if tables is None and cond is not None:
             if cond_index is not None and cond_index.numel() < cond.shape[0]:
                 cond, cond_index = cond[cond_index], None  # few tokens: project per token

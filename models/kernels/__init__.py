@@ -1,4 +1,6 @@
-"""Fused CPU kernels for adaptive LayerNorm (see adaln.c), built on first use.
+"""Fused CPU kernels, built on first use: adaptive LayerNorm for training and evaluation
+(adaln.c, used by `models.modulation`) and the KV-cached decoding step (decode.c, used by
+`models.kernels.decoder`).
 
 The C source is compiled once per machine with the system C compiler (~1 s) into
 `cache_dir()`, under a name that hashes the source, the compiler and its flags. A build is
@@ -22,12 +24,13 @@ from pathlib import Path
 
 import torch
 
-SOURCE = Path(__file__).with_name("adaln.c")
-FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC")
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("adaln.c", "decode.c"))
+FLAGS = ("-O3", "-fno-trapping-math", "-fopenmp", "-shared", "-fPIC")  # no FP traps: branch-free selects vectorize
 VECTOR_FLAGS = ("-mavx2", "-mfma")  # when the CPU has both: ~1.4x faster kernels than SSE2 here
 _SIGNATURES = {  # C argument types, in order: p = pointer, i = int64, f = float, n = int
     "resnorm_forward": "pppppppppppp" "iifnn",
     "resnorm_backward": "ppppppppppppppppppp" "iiinn",
+    "decode_step": "pippppipp",
 }
 _CTYPES = {"p": ctypes.c_void_p, "i": ctypes.c_int64, "f": ctypes.c_float, "n": ctypes.c_int}
 
@@ -57,14 +60,15 @@ def build() -> Path:
     """The compiled library's path, compiling it first if this machine has no copy."""
     cc, version = _compiler()
     flags = _flags()
-    key = hashlib.sha256(SOURCE.read_bytes() + version.encode() + " ".join(flags).encode()).hexdigest()[:16]
+    source = b"".join(path.read_bytes() for path in SOURCES)
+    key = hashlib.sha256(source + version.encode() + " ".join(flags).encode()).hexdigest()[:16]
     target = cache_dir() / f"adaln-{key}.so"
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
         os.close(fd)
         try:
-            subprocess.run([cc, *flags, "-o", tmp, str(SOURCE), "-lm"], capture_output=True, text=True, check=True)
+            subprocess.run([cc, *flags, "-o", tmp, *map(str, SOURCES), "-lm"], capture_output=True, text=True, check=True)
             os.replace(tmp, target)
         finally:
             if os.path.exists(tmp):

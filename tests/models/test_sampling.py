@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy import stats
 
-from models import build_model
+from models import build_model, kernels
 from models import sampling as sm
 from models.core import KVCache
 
@@ -186,3 +186,46 @@ def test_bad_sampler_arguments_are_value_errors():
     with pytest.raises(ValueError, match="steps"):
         sm.step_counts("linear", L, 0)
     assert math.isclose(sum(sm.step_counts("cosine", 100, 10)), 100)
+
+
+@pytest.mark.skipif(not kernels.available(), reason="no C compiler: decoding runs eagerly")
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("options", [{}, {"norm": "rmsnorm", "qk_norm": True, "tie_head": False}],
+                         ids=["gpt2", "rmsnorm-qknorm"])
+def test_fused_decoding_steps_equal_the_eager_core(options, threads, monkeypatch):
+    """Every cached step goes through decode.c (counted), and its logits equal recomputation
+    by the eager core, in parallel steps (masks) and one-token steps, with 1 and 2 threads."""
+    from models.kernels.decoder import Decoder
+
+    calls = []
+    original = Decoder.__call__
+    monkeypatch.setattr(Decoder, "__call__", lambda self, *a: calls.append(1) or original(self, *a))
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for family, steps in (("aogpt", 6), ("aogpt", L), ("ar", None)):
+            model, calls[:] = _model(family, **options), []
+            gen = torch.Generator().manual_seed(5)
+            if family == "ar":
+                out = sm.generate_ar(model, 3, L, generator=gen, record=True)
+                with torch.no_grad():
+                    assert (torch.stack(out.step_logits, 1) - model(out.tokens)).abs().max() <= 1e-5
+            else:
+                out = sm.generate_aogpt(model, 3, L, steps=steps, generator=gen, record=True)
+                j = 0
+                for k, logits in zip([k for k in out.counts if k], out.step_logits):
+                    with torch.no_grad():
+                        full = sm.aogpt_step_logits(model, out.tokens, out.order, j, k, cache=None)
+                    assert (logits - full).abs().max() <= 1e-5
+                    j += k
+            assert len(calls) == out.n_forward
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_decoding_with_per_block_inputs_stays_eager_and_exact():
+    """`layer_shared` adds a target embedding before every block: the kernel does not cover it."""
+    model = _model("aogpt", target_pe="layer_shared")
+    out = sm.generate_aogpt(model, 2, L, steps=L, generator=torch.Generator().manual_seed(6), record=True)
+    with torch.no_grad():
+        assert (torch.cat(out.step_logits, 1) - model(out.tokens, out.order)).abs().max() <= 1e-5

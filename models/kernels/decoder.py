@@ -1,0 +1,107 @@
+"""`Decoder`: the core's KV-cached decoding step as one call into decode.c.
+
+`Transformer.decode_layout` builds one for CPU float32 cores whose weights it holds
+column-major; within that block, a forward pass with a cache, without autograd and without
+per-block additive inputs, runs here instead of through the modules (same maths; the tests
+compare its logits with full recomputation).
+"""
+from __future__ import annotations
+
+import ctypes
+
+import torch
+from torch import nn
+
+from . import _library
+
+ROWS, LANES = 8, 8  # decode.c's register block: inputs are zero-padded to ROWS rows, weights to LANES outputs
+
+
+class _Block(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_void_p) for name in (
+        "norm1_w", "norm1_b", "qkv_w", "qkv_b", "attn_w", "attn_b", "q_norm", "k_norm",
+        "norm2_w", "norm2_b", "fc_w", "fc_b", "mlp_w", "mlp_b", "k_cache", "v_cache")]
+
+
+class _Step(ctypes.Structure):
+    _fields_ = [("B", ctypes.c_int64), ("m", ctypes.c_int64), ("d", ctypes.c_int64), ("H", ctypes.c_int64),
+                ("c", ctypes.c_int64), ("capacity", ctypes.c_int64), ("P", ctypes.c_int64),
+                ("eps", ctypes.c_float), ("center", ctypes.c_int), ("tables", ctypes.c_void_p),
+                ("targets", ctypes.c_void_p), ("mask", ctypes.c_void_p), ("threads", ctypes.c_int)]
+
+
+def _address(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def pack_panels(weight: torch.Tensor) -> torch.Tensor:
+    """A Linear weight [out, in] as panels [ceil(out / LANES), in, LANES] (zero-padded): panel p
+    holds outputs p·LANES .. p·LANES + LANES - 1, feature by feature."""
+    out, n_in = weight.shape
+    padded = weight.new_zeros(-(-out // LANES) * LANES, n_in)
+    padded[:out] = weight
+    return padded.view(-1, LANES, n_in).transpose(1, 2).contiguous()
+
+
+def supported(core) -> bool:
+    """The kernel covers this core: CPU float32 weights, norms that share one eps (decode.c
+    takes one), and kernels built."""
+    on_cpu = all(p.device.type == "cpu" and p.dtype == torch.float32 for p in core.parameters())
+    norms = [m for m in core.modules() if isinstance(m, (nn.LayerNorm, nn.RMSNorm))]
+    return on_cpu and len({m.eps for m in norms}) == 1 and _library() is not None
+
+
+class Decoder:
+    """Decoding steps of one core (weights fixed while it lives: build it inside the layout)."""
+
+    def __init__(self, core):
+        cfg = core.cfg
+        self.core, self.n_layer, self.d, self.H = core, cfg.n_layer, cfg.d_model, cfg.n_head
+        self.panels: list[torch.Tensor] = []  # packed weights, alive as long as the decoder
+        self.blocks = (_Block * cfg.n_layer)(*(self._block(b) for b in core.blocks))
+        self.final = (_address(core.norm.weight), _address(getattr(core.norm, "bias", None)))
+        eps = core.norm.eps
+        self.eps = eps if eps is not None else torch.finfo(torch.float32).eps
+        self.center = isinstance(core.norm, nn.LayerNorm)
+
+    def _weight(self, linear: nn.Linear) -> int:
+        with torch.no_grad():
+            self.panels.append(pack_panels(linear.weight))
+        return self.panels[-1].data_ptr()
+
+    def _block(self, block) -> _Block:
+        attn, mlp = block.attn, block.mlp
+        _weight = self._weight
+        return _Block(
+            _address(block.norm1.weight), _address(getattr(block.norm1, "bias", None)),
+            _weight(attn.qkv), _address(attn.qkv.bias), _weight(attn.proj), _address(attn.proj.bias),
+            _address(None if attn.q_norm is None else attn.q_norm.weight),
+            _address(None if attn.k_norm is None else attn.k_norm.weight),
+            _address(block.norm2.weight), _address(getattr(block.norm2, "bias", None)),
+            _weight(mlp.fc), _address(mlp.fc.bias), _weight(mlp.proj), _address(mlp.proj.bias), None, None)
+
+    def __call__(self, x: torch.Tensor, cache, tables: torch.Tensor | None, targets: torch.Tensor | None,
+                 attn_mask: torch.Tensor | None) -> torch.Tensor:
+        """Final-norm output [B, m, d] of new rows x [B, m, d] after the `cache.length` cached
+        slots; their keys and values are written into the cache (the caller commits them).
+        tables: packed adaLN tables [6L + 2, P, d] with each row's position `targets` [B, m]."""
+        B, m, d = x.shape
+        R, R_pad = B * m, -(-B * m // ROWS) * ROWS
+        hd = d // self.H
+        cache.reserve(B, self.H, m, hd, x)
+        for block, k, v in zip(self.blocks, cache.k, cache.v):
+            block.k_cache, block.v_cache = k.data_ptr(), v.data_ptr()
+        stream = x.new_zeros(R_pad, d)
+        stream[:R] = x.reshape(R, d)
+        out = x.new_empty(B, m, d)
+        n_keys = cache.length + m
+        threads = torch.get_num_threads()
+        scratch = x.new_empty(R_pad * 10 * d + threads * n_keys)
+        targets = None if targets is None else targets.reshape(-1).contiguous()
+        mask = None if attn_mask is None else attn_mask.to(torch.bool).contiguous()
+        step = _Step(B, m, d, self.H, cache.length, cache.k[0].shape[2],
+                     0 if tables is None else tables.shape[1], self.eps, int(self.center), _address(tables),
+                     _address(targets), _address(mask), threads)
+        _library().decode_step(ctypes.addressof(self.blocks), self.n_layer, *self.final, ctypes.addressof(step),
+                               stream.data_ptr(), R_pad, out.data_ptr(), scratch.data_ptr())
+        return out
