@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .kernels.decoder import Decoder, supported
-from .modulation import Modulation, chunk_projection
+from .modulation import ChunkProjection, Modulation
 
 NORMS = ("layernorm", "rmsnorm")
 
@@ -134,7 +134,7 @@ class Block(nn.Module):
         self.attn = Attention(cfg)
         self.norm2 = make_norm(cfg.norm, cfg.d_model, cfg.bias)
         self.mlp = MLP(cfg)
-        self.modulation = nn.Linear(cfg.cond_dim, 6 * cfg.d_model) if cfg.cond_dim else None
+        self.modulation = ChunkProjection(cfg.cond_dim, 6, cfg.d_model) if cfg.cond_dim else None
 
     def forward(self, x, h, mod: Modulation | None, next_norm: nn.Module, attn_mask=None, is_causal=False,
                 cache=None, layer=0, add=None):
@@ -165,7 +165,7 @@ class Transformer(nn.Module):
         self.cfg = cfg
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.norm = make_norm(cfg.norm, cfg.d_model, cfg.bias)
-        self.final_modulation = nn.Linear(cfg.cond_dim, 2 * cfg.d_model) if cfg.cond_dim else None
+        self.final_modulation = ChunkProjection(cfg.cond_dim, 2, cfg.d_model) if cfg.cond_dim else None
         self._decoder: Decoder | None = None  # within decode_layout: the fused decoding step
 
     def modulation_tables(self, cond: torch.Tensor) -> list[torch.Tensor]:
@@ -175,7 +175,7 @@ class Transformer(nn.Module):
 
         Computed once, a table of every target position serves every decoding step."""
         c = F.silu(cond)
-        return [chunk_projection(b.modulation, c, 6) for b in self.blocks] + [chunk_projection(self.final_modulation, c, 2)]
+        return [b.modulation(c) for b in self.blocks] + [self.final_modulation(c)]
 
     @contextmanager
     def decode_layout(self):

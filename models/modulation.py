@@ -41,6 +41,8 @@ class Modulation:
             tables = [table.reshape(table.shape[0], -1, table.shape[-1]) for table in tables]
         self.tables = [chunk for table in tables for chunk in table.unbind(0)]  # contiguous [P, d] each
         self.index = index.reshape(-1).contiguous()  # one per row of x
+        if self.index.min() < 0 or self.index.max() >= self.tables[0].shape[0]:  # the kernels read rows unchecked
+            raise ValueError(f"cond_index: positions must lie in [0, {self.tables[0].shape[0]})")
 
     def norm(self, k: int, norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
         """norm(x)·(1 + scale) + shift with shift = chunk k and 1 + scale = chunk k + 1."""
@@ -90,16 +92,23 @@ class _MulAdd(torch.autograd.Function):
         return tuple(None if g is None else g.sum_to_size(shape) for g, shape in zip(grads, ctx.shapes))
 
 
-def chunk_projection(linear: nn.Linear, c: torch.Tensor, n: int) -> torch.Tensor:
-    """An adaLN projection Linear(c, n·d) of rows c [..., c] as contiguous chunk-major tables
-    [n, ..., d] from one batched product (a row-major [..., n·d] result would need a copy per
-    chunk), with 1 added to each scale chunk (every second of a (shift, scale, gate) triple)."""
-    d = linear.out_features // n
-    weight = linear.weight.view(n, d, -1).transpose(1, 2)  # [n·d, c] -> [n, c, d]
-    offset = is_scale(n, weight)  # [n, 1, 1]
-    bias = offset if linear.bias is None else linear.bias.view(n, 1, d) + offset
-    rows = c.reshape(-1, c.shape[-1])  # [..., c] -> [M, c]
-    return torch.baddbmm(bias, rows.expand(n, *rows.shape), weight).view(n, *c.shape[:-1], d)
+class ChunkProjection(nn.Linear):
+    """adaLN's projection Linear(c, n·d) whose output is chunk-major: rows c [..., c] give
+    contiguous tables [n, ..., d] from one batched product (a row-major [..., n·d] result would
+    need a copy per chunk), with 1 added to each scale chunk (every second of a (shift, scale,
+    gate) triple). Same parameters as the Linear; a module, so ZeRO-3 gathers them for it."""
+
+    def __init__(self, in_features: int, chunks: int, d: int):
+        super().__init__(in_features, chunks * d)
+        self.chunks = chunks
+
+    def forward(self, c: torch.Tensor) -> torch.Tensor:
+        n = self.chunks
+        d = self.out_features // n
+        weight = self.weight.view(n, d, -1).transpose(1, 2)  # [n·d, c] -> [n, c, d]
+        bias = self.bias.view(n, 1, d) + is_scale(n, weight)  # [n, 1, d]
+        rows = c.reshape(-1, c.shape[-1])  # [..., c] -> [M, c]
+        return torch.baddbmm(bias, rows.expand(n, *rows.shape), weight).view(n, *c.shape[:-1], d)
 
 
 def is_scale(n: int, like: torch.Tensor) -> torch.Tensor:

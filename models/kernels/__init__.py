@@ -62,7 +62,7 @@ def build() -> Path:
     flags = _flags()
     source = b"".join(path.read_bytes() for path in SOURCES)
     key = hashlib.sha256(source + version.encode() + " ".join(flags).encode()).hexdigest()[:16]
-    target = cache_dir() / f"adaln-{key}.so"
+    target = cache_dir() / f"aoscale-kernels-{key}.so"
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
@@ -84,7 +84,7 @@ def _library() -> ctypes.CDLL | None:
         lib = ctypes.CDLL(str(build()))
     except (OSError, subprocess.CalledProcessError) as err:
         detail = getattr(err, "stderr", "") or err
-        warnings.warn(f"aoscale: fused adaLN kernels unavailable ({str(detail).strip()[:200]}); "
+        warnings.warn(f"aoscale: fused CPU kernels unavailable ({str(detail).strip()[:200]}); "
                       "using the eager path (same values, slower)", RuntimeWarning, stacklevel=3)
         return None
     for name, sig in _SIGNATURES.items():
@@ -118,8 +118,9 @@ def _address(t: torch.Tensor | None) -> int | None:
 
 
 def modulated_norm(x, index, scale, shift, weight=None, bias=None, eps=1e-5, center=True):
-    """h = (norm(x)·weight + bias)·scale[index] + shift[index] for x [..., d], `index` (one per
-    row of x) into tables [P, d]; LayerNorm when `center`, else RMSNorm."""
+    """h = (norm(x)·weight + bias)·scale[index] + shift[index] for x [..., d], `index` (int64,
+    one per row of x, each in [0, P): the caller checks, see `Modulation`) into contiguous
+    tables [P, d]; LayerNorm when `center`, else RMSNorm."""
     return _apply(x, None, index, None, scale, shift, weight, bias, eps, center)
 
 
@@ -136,6 +137,8 @@ def _apply(*args):
 
 
 def _forward(x, y, index, gate, scale, shift, weight, bias, eps, center):
+    if index.dtype != torch.int64 or not all(t is None or t.is_contiguous() for t in (index, gate, scale, shift)):
+        raise ValueError("index: the kernels take a contiguous int64 index and contiguous [P, d] tables")
     x, y = x.contiguous(), None if y is None else y.contiguous()
     d = x.shape[-1]
     n = x.numel() // d  # rows

@@ -12,7 +12,7 @@ import ctypes
 import torch
 from torch import nn
 
-from . import _library
+from . import _address, _library
 
 ROWS, LANES = 8, 8  # decode.c's register block: inputs are zero-padded to ROWS rows, weights to LANES outputs
 
@@ -28,10 +28,6 @@ class _Step(ctypes.Structure):
                 ("c", ctypes.c_int64), ("capacity", ctypes.c_int64), ("P", ctypes.c_int64),
                 ("eps", ctypes.c_float), ("center", ctypes.c_int), ("tables", ctypes.c_void_p),
                 ("targets", ctypes.c_void_p), ("mask", ctypes.c_void_p), ("threads", ctypes.c_int)]
-
-
-def _address(t: torch.Tensor | None) -> int | None:
-    return None if t is None else t.data_ptr()
 
 
 def pack_panels(weight: torch.Tensor) -> torch.Tensor:
@@ -97,7 +93,10 @@ class Decoder:
         n_keys = cache.length + m
         threads = torch.get_num_threads()
         scratch = x.new_empty(R_pad * 10 * d + threads * n_keys)
-        targets = None if targets is None else targets.reshape(-1).contiguous()
+        if targets is not None:
+            targets = targets.reshape(-1).contiguous()
+            if targets.min() < 0 or targets.max() >= tables.shape[1]:  # the kernel reads table rows unchecked
+                raise ValueError(f"cond_index: target positions must lie in [0, {tables.shape[1]})")
         mask = None if attn_mask is None else attn_mask.to(torch.bool).contiguous()
         step = _Step(B, m, d, self.H, cache.length, cache.k[0].shape[2],
                      0 if tables is None else tables.shape[1], self.eps, int(self.center), _address(tables),

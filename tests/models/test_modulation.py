@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models import build_model, kernels, modulation
-from models.modulation import chunk_projection, modulation_rows, mul_add
+from models.modulation import ChunkProjection, modulation_rows, mul_add
 
 P, D = 6, 24  # table rows, width
 
@@ -99,10 +99,10 @@ def test_models_give_the_same_loss_and_gradients_with_and_without_the_kernels(fa
 
 
 def test_chunk_projection_equals_the_linear_split_into_chunks_with_one_added_to_scales():
-    linear = nn.Linear(5, 6 * 4)
+    projection = ChunkProjection(5, 6, 4)
     c = torch.randn(2, 3, 5)
-    tables = chunk_projection(linear, c, 6)
-    expected = _chunk_major(linear(c), 6) + torch.tensor([0, 1, 0, 0, 1, 0.0]).view(6, 1, 1, 1)
+    tables = projection(c)
+    expected = _chunk_major(nn.Linear.forward(projection, c), 6) + torch.tensor([0, 1, 0, 0, 1, 0.0]).view(6, 1, 1, 1)
     assert tables.shape == (6, 2, 3, 4) and tables.is_contiguous()
     assert torch.allclose(tables, expected, rtol=0, atol=1e-6)
 
@@ -133,7 +133,7 @@ def test_a_missing_compiler_warns_once_and_falls_back_to_the_eager_path(tmp_path
 def test_the_build_is_cached_under_a_key_of_source_compiler_and_flags(tmp_path, monkeypatch):
     monkeypatch.setenv("AOSCALE_KERNEL_CACHE", str(tmp_path))
     first = kernels.build()
-    assert first.parent == tmp_path and first.name.startswith("adaln-") and first.suffix == ".so"
+    assert first.parent == tmp_path and first.name.startswith("aoscale-kernels-") and first.suffix == ".so"
     stamp = first.stat().st_mtime_ns
     assert kernels.build() == first and first.stat().st_mtime_ns == stamp  # not rebuilt
     assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no temporary file left
@@ -168,3 +168,14 @@ def test_mul_add_equals_addcmul_in_value_and_gradient(shapes):
     for x, y in zip(ours, reference):
         assert x.shape == y.shape and torch.allclose(x, y, rtol=0, atol=1e-12)
     assert torch.autograd.gradcheck(mul_add, (a, b, c))
+
+
+@pytest.mark.skipif(not kernels.available(), reason="no C compiler")
+def test_positions_outside_the_tables_are_refused_before_the_kernels_read_them():
+    tables = [torch.randn(6, P, D)]
+    x = torch.randn(16, 16, D)  # 256 rows: the fused path
+    index = torch.zeros(16, 16, dtype=torch.long)
+    assert modulation.Modulation(tables, index, x).fused
+    index[3, 5] = P
+    with pytest.raises(ValueError, match="^cond_index"):
+        modulation.Modulation(tables, index, x)
