@@ -9,6 +9,8 @@ training), `--warmup` untimed runs then `--repeats` timed runs per cell, synchro
 median wall time reported. Prints MDM/AO-GPT and AO-GPT/AR ratios measured in this one run, and
 on CPU the memory roofline of decoding (bytes a step must read / measured read bandwidth) with
 the MDM/AO-GPT ratio it would allow.
+On CPU, AR and AO-GPT decode through the fused decoding kernel (models/kernels/decode.c;
+`decode_kernel` in the header says so; AOSCALE_KERNELS=0 times the eager core instead).
 Targets (issue 4): MDM/AO-GPT >= 40x at n = T = 256, batch 8, 3M rung on CPU; AO-GPT per-token
 decode <= 1.2x AR's (the T = n column: one token per step for both).
 """
@@ -27,7 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jobs.allocator import keep_freed_memory  # noqa: E402
-from models import build_model  # noqa: E402
+from models import build_model, kernels  # noqa: E402
 from models import sampling as sm  # noqa: E402
 
 
@@ -114,7 +116,7 @@ def print_roofline(model, args, rows: list[dict]) -> None:
 def environment(args) -> dict:
     env = {"torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
            "processor": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
-           "device": args.device}
+           "device": args.device, "decode_kernel": args.device == "cpu" and kernels.available()}
     if args.device.startswith("cuda"):
         env["gpu"] = torch.cuda.get_device_name()
     return env
