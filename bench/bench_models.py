@@ -19,7 +19,7 @@ import time
 import torch
 
 from jobs.allocator import keep_freed_memory
-from models import build_model
+from models import build_model, kernels
 
 VARIANTS = {
     "ar": ("ar", {}),
@@ -69,7 +69,7 @@ def main() -> None:
     torch.manual_seed(0)
     print(f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, threads "
           f"{torch.get_num_threads()}; size {args.size}, seq_len {args.seq_len}, batch {args.batch}, "
-          f"vocab {args.vocab}; median wall time over {args.rounds} rounds of {args.block}-step blocks, each family paired with ar")
+          f"vocab {args.vocab}; adaLN kernels {'fused' if kernels.available() else 'eager'}; median wall time over {args.rounds} rounds of {args.block}-step blocks, each family paired with ar")
     print(f"{'family':24s} {'step_s':>10s} {'ar_s':>9s} {'ratio_to_ar':>11s}")
     for name in chosen:
         family, options = VARIANTS[name]
