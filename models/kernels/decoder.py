@@ -52,7 +52,7 @@ class Decoder:
 
     def __init__(self, core):
         cfg = core.cfg
-        self.core, self.n_layer, self.d, self.H = core, cfg.n_layer, cfg.d_model, cfg.n_head
+        self.n_layer, self.H = cfg.n_layer, cfg.n_head
         self.panels: list[torch.Tensor] = []  # packed weights, alive as long as the decoder
         self.blocks = (_Block * cfg.n_layer)(*(self._block(b) for b in core.blocks))
         self.final = (_address(core.norm.weight), _address(getattr(core.norm, "bias", None)))
@@ -98,6 +98,9 @@ class Decoder:
             if targets.min() < 0 or targets.max() >= tables.shape[1]:  # the kernel reads table rows unchecked
                 raise ValueError(f"cond_index: target positions must lie in [0, {tables.shape[1]})")
         mask = None if attn_mask is None else attn_mask.to(torch.bool).contiguous()
+        if mask is not None and mask.shape != (m, n_keys):  # the kernel reads it unchecked
+            raise ValueError(f"attn_mask: expected [{m}, {n_keys}] (new rows x cached + new), got {tuple(mask.shape)}")
+        tables = None if tables is None else tables.contiguous()
         step = _Step(B, m, d, self.H, cache.length, cache.k[0].shape[2],
                      0 if tables is None else tables.shape[1], self.eps, int(self.center), _address(tables),
                      _address(targets), _address(mask), threads)
