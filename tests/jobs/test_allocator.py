@@ -1,7 +1,9 @@
 """jobs.allocator: freed activation memory stays in the process between training steps."""
 from __future__ import annotations
 
+import os
 import platform
+import statistics
 import subprocess
 import sys
 
@@ -31,11 +33,19 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 3)
 
 
 def _faults_per_step(mode: str) -> float:
-    out = subprocess.run([sys.executable, "-c", STEPS, mode], capture_output=True, text=True, check=True)
+    # the eager adaLN path allocates and frees the most blocks per step (gathered rows, products)
+    env = {**os.environ, "AOSCALE_KERNELS": "0"}
+    out = subprocess.run([sys.executable, "-c", STEPS, mode], capture_output=True, text=True, check=True, env=env)
     return float(out.stdout.strip())
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
 def test_kept_memory_spares_the_page_faults_of_every_step():
-    default, kept = _faults_per_step("default"), _faults_per_step("keep")
-    assert kept * 4 < default, (kept, default)  # measured here: 3 (once 900) vs 5,000-43,000 per step
+    """Medians of 3 processes per setting: one process's count varies with where its heap
+    settled (measured here: default 3,100-9,200 per step, kept 3-514, once 727 under load)."""
+    runs = {mode: [] for mode in ("default", "keep")}
+    for _ in range(3):
+        for mode in runs:
+            runs[mode].append(_faults_per_step(mode))
+    default, kept = (statistics.median(runs[mode]) for mode in ("default", "keep"))
+    assert kept * 4 < default, runs
