@@ -179,3 +179,12 @@ def test_positions_outside_the_tables_are_refused_before_the_kernels_read_them()
     index[3, 5] = P
     with pytest.raises(ValueError, match="^cond_index"):
         modulation.Modulation(tables, index, x)
+
+
+@pytest.mark.skipif(not kernels.available(), reason="no C compiler")
+def test_an_index_the_kernels_cannot_read_is_refused():
+    _, x, index, scale, shift, weight, bias = _inputs(3)
+    with pytest.raises(ValueError, match="^index"):
+        kernels.modulated_norm(x, index.int(), scale, shift, weight, bias)
+    with pytest.raises(ValueError, match="^index"):
+        kernels.modulated_norm(x, index, scale.t().contiguous().t(), shift, weight, bias)

@@ -229,3 +229,16 @@ def test_decoding_with_per_block_inputs_stays_eager_and_exact():
     out = sm.generate_aogpt(model, 2, L, steps=L, generator=torch.Generator().manual_seed(6), record=True)
     with torch.no_grad():
         assert (torch.cat(out.step_logits, 1) - model(out.tokens, out.order)).abs().max() <= 1e-5
+
+
+@pytest.mark.skipif(not kernels.available(), reason="no C compiler: decoding runs eagerly")
+def test_the_decoding_kernel_refuses_a_mask_or_positions_it_cannot_read():
+    model = _model("aogpt")
+    cache, x = KVCache(model.shape.n_layer), torch.randn(2, 3, model.shape.d_model)
+    with torch.no_grad(), model.decode_layout():
+        decoder, tables = model.core._decoder, model.modulation_tables()[0]
+        targets = torch.zeros(2, 3, dtype=torch.long)
+        with pytest.raises(ValueError, match="^attn_mask"):
+            decoder(x, cache, tables, targets, torch.ones(3, 4, dtype=torch.bool))
+        with pytest.raises(ValueError, match="^cond_index"):
+            decoder(x, cache, tables, targets + L, None)
