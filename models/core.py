@@ -4,6 +4,10 @@
 differs between families is passed in: the attention pattern (`is_causal` or an explicit mask),
 an optional per-token conditioning vector that drives adaptive LayerNorm (`cond`, [B, T|1, c]),
 optional per-block additive inputs (`adds`), and an optional KV cache for generation.
+
+On the CPU in float32, adaLN's residual updates and norms run through fused kernels
+(`models.modulation`, `models.kernels`), and inside `decode_layout` each KV-cached decoding step
+is one kernel call; both give the eager modules' values (tests compare them).
 """
 from __future__ import annotations
 
