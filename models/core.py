@@ -64,9 +64,7 @@ class KVCache:
     def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write new k, v [B, H, n, hd] after the committed slots; return committed + new."""
         end = self.length + k.shape[2]
-        if self.k[layer] is None or end > self.k[layer].shape[2]:
-            self.k[layer], self.v[layer] = (self._grown(old, new, end) for old, new in ((self.k[layer], k),
-                                                                                         (self.v[layer], v)))
+        self._make_room(layer, end, k)
         self.k[layer].narrow(2, self.length, k.shape[2]).copy_(k)  # narrow + copy_: a slice
         self.v[layer].narrow(2, self.length, v.shape[2]).copy_(v)  # assignment costs ~10 µs more
         return self.k[layer].narrow(2, 0, end), self.v[layer].narrow(2, 0, end)
@@ -74,14 +72,18 @@ class KVCache:
     def reserve(self, batch: int, heads: int, n_new: int, head_dim: int, like: torch.Tensor) -> None:
         """Buffers in every layer with room for `n_new` slots after the committed ones (for a
         decoding kernel that writes them itself)."""
-        end, template = self.length + n_new, like.new_empty(batch, heads, 0, head_dim)
+        template = like.new_empty(batch, heads, 0, head_dim)
         for layer in range(len(self.k)):
-            if self.k[layer] is None or end > self.k[layer].shape[2]:
-                self.k[layer], self.v[layer] = (self._grown(old, template, end) for old in (self.k[layer], self.v[layer]))
+            self._make_room(layer, self.length + n_new, template)
 
-    def _grown(self, old: torch.Tensor | None, new: torch.Tensor, end: int) -> torch.Tensor:
+    def _make_room(self, layer: int, end: int, like: torch.Tensor) -> None:
+        """Grow this layer's buffers (shaped like `like` [B, H, *, hd]) to hold `end` slots."""
+        if self.k[layer] is None or end > self.k[layer].shape[2]:
+            self.k[layer], self.v[layer] = (self._grown(old, like, end) for old in (self.k[layer], self.v[layer]))
+
+    def _grown(self, old: torch.Tensor | None, like: torch.Tensor, end: int) -> torch.Tensor:
         size = max(end, self.FIRST_CAPACITY if old is None else 2 * old.shape[2])
-        buffer = new.new_empty(*new.shape[:2], size, new.shape[3])
+        buffer = like.new_empty(*like.shape[:2], size, like.shape[3])
         if self.length:
             buffer[:, :, :self.length] = old[:, :, :self.length]
         return buffer

@@ -118,16 +118,13 @@ def is_scale(n: int, like: torch.Tensor) -> torch.Tensor:
     return ones.view(n, *([1] * (like.dim() - 1)))
 
 
-def modulation_rows(tables: torch.Tensor | None, index: torch.Tensor | None):
-    """Every chunk of packed `tables` [K, ..., d] per token: a tuple of K tensors, or None
-    without conditioning.
+def modulation_rows(tables: torch.Tensor, index: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+    """Every chunk of packed `tables` [K, ..., d] per token: a tuple of K tensors.
 
     With `index` [B, T] the tables are per position ([K, P, d]) and row index[b, t] of each
     chunk is gathered for token (b, t); otherwise they already hold per-token (or
     per-sequence) rows.
     """
-    if tables is None:
-        return None
     if index is None:
         return tables.unbind(0)
     if not torch.is_grad_enabled():  # decoding: no autograd bookkeeping

@@ -27,10 +27,11 @@ import torch
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("adaln.c", "decode.c"))
 FLAGS = ("-O3", "-fno-trapping-math", "-fopenmp", "-shared", "-fPIC")  # no FP traps: branch-free selects vectorize
 VECTOR_FLAGS = ("-mavx2", "-mfma")  # when the CPU has both: ~1.4x faster kernels than SSE2 here
-_SIGNATURES = {  # C argument types, in order: p = pointer, i = int64, f = float, n = int
-    "resnorm_forward": "pppppppppppp" "iifnn",
-    "resnorm_backward": "ppppppppppppppppppp" "iiinn",
-    "decode_step": "pippppipp",
+_SIGNATURES = {  # C argument types in order (p = pointer, i = int64, f = float, n = int), result type
+    "resnorm_forward": ("pppppppppppp" "iifnn", None),
+    "resnorm_backward": ("ppppppppppppppppppp" "iiinn", None),
+    "decode_step": ("pippppipp", None),
+    "decode_scratch_floats": ("iiii", ctypes.c_int64),
 }
 _CTYPES = {"p": ctypes.c_void_p, "i": ctypes.c_int64, "f": ctypes.c_float, "n": ctypes.c_int}
 
@@ -87,9 +88,9 @@ def _library() -> ctypes.CDLL | None:
         warnings.warn(f"aoscale: fused CPU kernels unavailable ({str(detail).strip()[:200]}); "
                       "using the eager path (same values, slower)", RuntimeWarning, stacklevel=3)
         return None
-    for name, sig in _SIGNATURES.items():
+    for name, (sig, restype) in _SIGNATURES.items():
         fn = getattr(lib, name)
-        fn.argtypes, fn.restype = [_CTYPES[c] for c in sig], None
+        fn.argtypes, fn.restype = [_CTYPES[c] for c in sig], restype
     return lib
 
 
@@ -101,10 +102,6 @@ def available() -> bool:
 def usable(*tensors: torch.Tensor) -> bool:
     """The kernels apply: built, and every tensor is float32 on the CPU."""
     return all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors) and available()
-
-
-def _threads() -> int:
-    return torch.get_num_threads()
 
 
 def _affine(weight, bias, like):
@@ -147,7 +144,7 @@ def _forward(x, y, index, gate, scale, shift, weight, bias, eps, center):
     w, b = _affine(weight, bias, x)
     _library().resnorm_forward(x.data_ptr(), _address(y), index.data_ptr(), _address(gate), scale.data_ptr(),
                                shift.data_ptr(), w.data_ptr(), b.data_ptr(), _address(x1), h.data_ptr(),
-                               stats[0].data_ptr(), stats[1].data_ptr(), n, d, eps, int(center), _threads())
+                               stats[0].data_ptr(), stats[1].data_ptr(), n, d, eps, int(center), torch.get_num_threads())
     return x1, h, x if x1 is None else x1, y, stats  # the last three: what the backward reads
 
 
@@ -168,7 +165,7 @@ class _ResidualNorm(torch.autograd.Function):
         grad_x1, grad_h = (None, grads[0]) if len(grads) == 1 else grads
         grad_h = torch.zeros_like(normed) if grad_h is None else grad_h.contiguous()
         grad_x1 = None if grad_x1 is None else grad_x1.contiguous()
-        d, P, threads = normed.shape[-1], scale.shape[0], _threads()
+        d, P, threads = normed.shape[-1], scale.shape[0], torch.get_num_threads()
         n = normed.numel() // d
         gx, gy = torch.empty_like(normed), None if y is None else torch.empty_like(normed)
         gscale, gshift = torch.empty_like(scale), torch.empty_like(scale)

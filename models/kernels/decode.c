@@ -33,6 +33,15 @@ typedef struct {
 #define ROWS 8   /* rows per register block of the linear kernel */
 #define LANES 8  /* outputs per weight panel: the floats of one AVX2 register */
 
+/* Read by decoder.py, so the padding and panel layout it prepares always match this file. */
+const int64_t DECODE_ROWS = ROWS, DECODE_LANES = LANES;
+
+/* Floats of scratch `decode_step` needs: per padded row a (d), y (d), qkv (3d), att (d) and
+ * hid (4d), plus one row of attention scores (c + m keys) per thread. */
+int64_t decode_scratch_floats(int64_t R_pad, int64_t d, int64_t threads, int64_t n_keys) {
+    return R_pad * 10 * d + threads * n_keys;
+}
+
 /* y[r, o] = x[r, :] · w[o, :] + b[o] for R rows (a multiple of ROWS; x zero-padded). The
  * weight comes packed in panels of LANES outputs, [out / LANES, in, LANES] (`pack_panels` in
  * decoder.py): each panel streams through once, in memory order, while ROWS x LANES sums
@@ -184,7 +193,7 @@ static void gelu(float *x, int64_t count) {
 
 /* x [R_pad, d]: the new rows' inputs (R = B·m real rows, zero-padded to a multiple of ROWS);
  * the residual stream is updated in place. out [R, d]: the final norm of it. scratch holds
- * R_pad·(2d + 3d + d + 4d) + threads·(c + m) floats. */
+ * decode_scratch_floats(R_pad, d, threads, c + m) floats. */
 void decode_step(const Block *blocks, int64_t n_layer, const float *final_w, const float *final_b,
                  const Step *s, float *x, int64_t R_pad, float *out, float *scratch) {
     const int64_t R = s->B * s->m, d = s->d;

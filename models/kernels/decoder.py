@@ -8,13 +8,13 @@ compare its logits with full recomputation).
 from __future__ import annotations
 
 import ctypes
+from functools import cache
 
 import torch
 from torch import nn
 
 from . import _address, _library
 
-ROWS, LANES = 8, 8  # decode.c's register block: inputs are zero-padded to ROWS rows, weights to LANES outputs
 
 
 class _Block(ctypes.Structure):
@@ -30,13 +30,22 @@ class _Step(ctypes.Structure):
                 ("targets", ctypes.c_void_p), ("mask", ctypes.c_void_p), ("threads", ctypes.c_int)]
 
 
+@cache
+def block_sizes() -> tuple[int, int]:
+    """decode.c's (ROWS, LANES): inputs are zero-padded to a multiple of ROWS rows, weights
+    packed in panels of LANES outputs."""
+    lib = _library()
+    return ctypes.c_int64.in_dll(lib, "DECODE_ROWS").value, ctypes.c_int64.in_dll(lib, "DECODE_LANES").value
+
+
 def pack_panels(weight: torch.Tensor) -> torch.Tensor:
     """A Linear weight [out, in] as panels [ceil(out / LANES), in, LANES] (zero-padded): panel p
     holds outputs p·LANES .. p·LANES + LANES - 1, feature by feature."""
+    lanes = block_sizes()[1]
     out, n_in = weight.shape
-    padded = weight.new_zeros(-(-out // LANES) * LANES, n_in)
+    padded = weight.new_zeros(-(-out // lanes) * lanes, n_in)
     padded[:out] = weight
-    return padded.view(-1, LANES, n_in).transpose(1, 2).contiguous()
+    return padded.view(-1, lanes, n_in).transpose(1, 2).contiguous()
 
 
 def supported(core) -> bool:
@@ -82,7 +91,8 @@ class Decoder:
         slots; their keys and values are written into the cache (the caller commits them).
         tables: packed adaLN tables [6L + 2, P, d] with each row's position `targets` [B, m]."""
         B, m, d = x.shape
-        R, R_pad = B * m, -(-B * m // ROWS) * ROWS
+        rows = block_sizes()[0]
+        R, R_pad = B * m, -(-B * m // rows) * rows
         hd = d // self.H
         cache.reserve(B, self.H, m, hd, x)
         for block, k, v in zip(self.blocks, cache.k, cache.v):
@@ -92,7 +102,7 @@ class Decoder:
         out = x.new_empty(B, m, d)
         n_keys = cache.length + m
         threads = torch.get_num_threads()
-        scratch = x.new_empty(R_pad * 10 * d + threads * n_keys)
+        scratch = x.new_empty(_library().decode_scratch_floats(R_pad, d, threads, n_keys))
         if targets is not None:
             targets = targets.reshape(-1).contiguous()
             if targets.min() < 0 or targets.max() >= tables.shape[1]:  # the kernel reads table rows unchecked
