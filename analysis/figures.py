@@ -1,5 +1,7 @@
-"""PNG figures (matplotlib, Agg): loss vs size with fitted curves, gap vs size, NLL vs M, training
-curves. Each function returns PNG bytes; the caller writes them and embeds them in the HTML."""
+"""PNG figures (matplotlib, Agg): loss vs size with fitted curves, loss vs training FLOPs, gap vs
+size, NLL vs M, training curves. Shaded bands are 95 % intervals (bootstrap bands around fitted
+curves, t-intervals over seeds around measured points). Each function returns PNG bytes; the
+caller writes them and embeds them in the HTML."""
 from __future__ import annotations
 
 import io
@@ -12,8 +14,8 @@ import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
 from analysis.cells import Cell  # noqa: E402
-from analysis.fits import CurveFit  # noqa: E402
-from analysis.stats import summarise  # noqa: E402
+from analysis.fits import CurveFit, predict  # noqa: E402
+from analysis.stats import percentile_ci, summarise  # noqa: E402
 
 DPI = 90
 
@@ -32,6 +34,29 @@ def _errorbar(ax, xs, values, label, **kw):
     return ax.errorbar(xs, mean, yerr=np.nan_to_num(err), fmt="o", capsize=3, label=label, **kw)
 
 
+def _band(ax, xs, lo, hi, color) -> None:
+    lo, hi = np.asarray(lo, float), np.asarray(hi, float)
+    ok = np.isfinite(lo) & np.isfinite(hi)
+    if ok.sum() >= 2:
+        ax.fill_between(np.asarray(xs, float)[ok], lo[ok], hi[ok], color=color, alpha=0.18, lw=0)
+
+
+def _fit_band(ax, fit: CurveFit, grid: np.ndarray, color) -> None:
+    """The fitted curve and its 95 % bootstrap band over `grid`."""
+    ax.plot(grid, fit.curve().predict(grid), "-", color=color, lw=1)
+    if fit.samples is not None and len(fit.samples):
+        lo, hi = percentile_ci(np.stack([predict(fit.samples, x) for x in grid], axis=1))
+        _band(ax, grid, lo, hi, color)
+
+
+def _seed_band(ax, xs, values, label: str):
+    """Seed means joined by a line, with their 95 % t-interval as a band."""
+    stats = [summarise(v) for v in values]
+    line = ax.plot(xs, [s.mean for s in stats], "o-", ms=4, lw=1, label=label)[0]
+    _band(ax, xs, [s.lo for s in stats], [s.hi for s in stats], line.get_color())
+    return line
+
+
 def loss_vs_size(cells: list[Cell], fits: dict[tuple, CurveFit], title: str, x: str) -> bytes:
     """Seed means with 95 % t-intervals per family/variant, log-log, with fitted curves."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -39,24 +64,31 @@ def loss_vs_size(cells: list[Cell], fits: dict[tuple, CurveFit], title: str, x: 
         xs = np.array([p.x for p in cell.points])
         bar = _errorbar(ax, xs, [p.array for p in cell.points], f"{cell.key[0]}/{cell.key[1]}")
         fit = fits.get(cell.key)
-        curve = fit.curve() if fit else None
-        if curve is not None:
-            grid = np.geomspace(xs.min(), xs.max() * 10, 100)
-            ax.plot(grid, curve.predict(grid), "-", color=bar[0].get_color(), lw=1)
+        if fit is not None and fit.curve() is not None:
+            _fit_band(ax, fit, np.geomspace(xs.min(), xs.max() * 10, 100), bar[0].get_color())
     ax.set(xscale="log", yscale="log", xlabel=x, ylabel="value", title=title)
     ax.legend(fontsize=7)
     return _png(fig)
 
 
+def loss_vs_flops(cells: list[Cell], title: str) -> bytes:
+    """Seed means vs training FLOPs with 95 % t-interval bands, one line per family/variant."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for cell in cells:
+        _seed_band(ax, [p.x for p in cell.points], [p.array for p in cell.points], f"{cell.key[0]}/{cell.key[1]}")
+    ax.set(xscale="log", yscale="log", xlabel="training FLOPs", ylabel="value", title=title)
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
 def gap_vs_size(gaps: list, title: str, x: str) -> bytes:
-    """Delta(x) with 95 % intervals for each compared family/metric."""
+    """Delta(x) with 95 % interval bands for each compared family/metric."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for gap in gaps:
         pts = gap.points
-        mean = np.array([p.delta.mean for p in pts])
-        err = np.nan_to_num(np.array([[p.delta.mean - p.delta.lo, p.delta.hi - p.delta.mean] for p in pts]).T)
-        ax.errorbar([p.x for p in pts], mean, yerr=err, fmt="o-", capsize=3,
-                    label=f"{gap.family}/{gap.variant} {gap.metric}")
+        line = ax.plot([p.x for p in pts], [p.delta.mean for p in pts], "o-", ms=4, lw=1,
+                       label=f"{gap.family}/{gap.variant} {gap.metric}")[0]
+        _band(ax, [p.x for p in pts], [p.delta.lo for p in pts], [p.delta.hi for p in pts], line.get_color())
     ax.axhline(0, color="grey", lw=0.8)
     ax.set(xscale="log", xlabel=x, ylabel="Δ nats/token vs AR nll_l2r", title=title)
     ax.legend(fontsize=7)
@@ -64,15 +96,15 @@ def gap_vs_size(gaps: list, title: str, x: str) -> bytes:
 
 
 def nll_vs_m(study) -> bytes:
-    """NLL vs ensemble size M per model size (95 % t-intervals), with the fitted c + b M^-gamma."""
+    """NLL vs ensemble size M per model size (95 % t-interval bands), with the fitted c + b M^-gamma."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for fit, points in zip(study.fits, study.points):
         ms = np.array([p.x for p in points])
-        bar = _errorbar(ax, ms, [p.array for p in points], fit.labels["size"])
+        line = _seed_band(ax, ms, [p.array for p in points], fit.labels["size"])
         curve = fit.curve()
         if curve is not None:
             grid = np.geomspace(ms.min(), ms.max(), 50)
-            ax.plot(grid, curve.predict(grid), "-", color=bar[0].get_color(), lw=1)
+            ax.plot(grid, curve.predict(grid), "--", color=line.get_color(), lw=1)
     ax.set(xscale="log", xlabel="ensemble size M", ylabel="nll_ensemble",
            title=f"{study.family}/{study.variant} {study.dataset}/{study.split}")
     ax.legend(fontsize=7, title="model size")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis import ablations, figures, io, sections
+from analysis import ablations, figures, io, sections, summary
 from analysis.cells import CELL_KEYS, build_cells, latest
 from analysis.ensemble import ensemble_studies
 from analysis.fits import CurveFit, fit_cell
@@ -93,23 +93,30 @@ def _safe(*parts: object) -> str:
 
 
 def make_figures(a: Analysis) -> list:
-    """Figure blocks (PNG bytes in memory)."""
-    blocks, groups = [], {}
+    """Figure blocks (PNG bytes in memory), the summary's dataset/split first: loss vs size, loss vs
+    training FLOPs, gap vs size, NLL vs M, then the other sets' loss vs size and training curves."""
+    primary = summary.primary_set(latest(a.inputs.records)[0])
+    first = lambda key: (tuple(key[-2:]) != primary, key)  # noqa: E731 - sort key: primary set first
+    groups = {}
     by_key = {f_cell.key: f for f_cell, f in zip(a.cells, a.fits)}
     for cell in a.cells:
         if cell.key[2] != "nll_ensemble":
-            groups.setdefault((cell.key[2], cell.key[3], cell.key[4], cell.key[5]), []).append(cell)
-    for (metric, dataset, split, m), cells in groups.items():
+            groups.setdefault((cell.key[2] != "nll_l2r", cell.key[2], cell.key[5], cell.key[3], cell.key[4]), []).append(cell)
+    size_blocks = []
+    for (_, metric, m, dataset, split), cells in sorted(groups.items(), key=lambda kv: first(kv[0])):
         title = f"{metric} {dataset}/{split}" + (f" M={m}" if m is not None else "")
-        blocks.append(sections.fig(f"loss_vs_size_{_safe(metric, dataset, split, m)}.png",
-                                   figures.loss_vs_size(cells, by_key, title, a.x), f"{title} vs {a.x} (95% t-intervals, fitted curves)"))
-    for (dataset, split) in sorted({(g.dataset, g.split) for g in a.gaps}):
+        size_blocks.append(sections.fig(f"loss_vs_size_{_safe(metric, dataset, split, m)}.png",
+                                        figures.loss_vs_size(cells, by_key, title, a.x),
+                                        f"{title} vs {a.x} (95% t-intervals; fitted curves with 95% bootstrap bands)"))
+    blocks = size_blocks[:1] + _flops_figure(a, primary)
+    for (dataset, split) in sorted({(g.dataset, g.split) for g in a.gaps}, key=first):
         sel = [g for g in a.gaps if (g.dataset, g.split) == (dataset, split)]
         blocks.append(sections.fig(f"gap_vs_size_{_safe(dataset, split)}.png", figures.gap_vs_size(sel, f"gap {dataset}/{split}", a.x),
-                                   f"Δ vs {a.x} on {dataset}/{split} (95% intervals)"))
-    for s in a.ensembles:
+                                   f"Δ vs {a.x} on {dataset}/{split} (95% interval bands)"))
+    for s in sorted(a.ensembles, key=lambda s: first((s.dataset, s.split))):
         blocks.append(sections.fig(f"nll_vs_m_{_safe(s.family, s.variant, s.dataset, s.split)}.png", figures.nll_vs_m(s),
-                                   f"nll_ensemble vs M per size: {s.family}/{s.variant} {s.dataset}/{s.split}"))
+                                   f"nll_ensemble vs M per size: {s.family}/{s.variant} {s.dataset}/{s.split} (95% t-interval bands)"))
+    blocks += size_blocks[1:]
     curves = a.inputs.curves
     if curves is not None and not curves.is_empty():
         labels = a.inputs.records.select("run_id", "family").unique("run_id")
@@ -117,17 +124,28 @@ def make_figures(a: Analysis) -> list:
     return blocks
 
 
+def _flops_figure(a: Analysis, primary: tuple[str, str]) -> list:
+    """Loss vs training FLOPs of every family's nll_l2r on the summary's dataset/split."""
+    final, _ = latest(a.inputs.records)
+    cells = [c for c in build_cells(final, "flops") if c.key[2] == "nll_l2r" and tuple(c.key[3:5]) == primary]
+    if not cells:
+        return []
+    title = f"nll_l2r {primary[0]}/{primary[1]} vs training FLOPs"
+    return [sections.fig(f"loss_vs_flops_{_safe(*primary)}.png", figures.loss_vs_flops(cells, title),
+                         f"{title}, all families (95% t-interval bands over seeds)")]
+
+
 def report_blocks(a: Analysis, figure_blocks: list) -> list:
-    """All report sections in order."""
+    """All report sections in order: the summary, the figures, then the inputs and the tables."""
     rec = a.inputs.records
     intro = [sections.h("Inputs"),
              sections.p(f"Sources: {', '.join(a.inputs.sources)}. {rec.height} records, "
                         f"{rec['run_id'].n_unique()} runs, families: {', '.join(sorted(rec['family'].unique().to_list()))}; "
                         f"x = {a.x}; bootstrap resamples = {a.bootstrap}, seed = {a.seed}.")]
     intro += [sections.p(f"Note: {n}") for n in a.notes]
-    return (intro + sections.fits_section(list(a.fits), a.x, a.bootstrap) + sections.gap_section(list(a.gaps), list(a.gap_notes), a.x)
-            + sections.ensemble_section(list(a.ensembles)) + sections.ablation_section(a.variants, a.options, a.factorial)
-            + [sections.h("Figures")] + figure_blocks)
+    return (summary.summary_blocks(summary.build_summary(a)) + [sections.h("Figures")] + figure_blocks + intro
+            + sections.fits_section(list(a.fits), a.x, a.bootstrap) + sections.gap_section(list(a.gaps), list(a.gap_notes), a.x)
+            + sections.ensemble_section(list(a.ensembles)) + sections.ablation_section(a.variants, a.options, a.factorial))
 
 
 def tables(a: Analysis) -> dict[str, pl.DataFrame]:

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Block:
-    """kind: h (text, level), p (text), table (headers, rows), fig (name, png, text as caption)."""
+    """kind: h (text, level), p (text), table (headers, rows), fig (name, png, text as caption),
+    list (rows of one string each; text is its class: `answer` or `warnings`)."""
 
     kind: str
     text: str = ""
@@ -49,13 +50,19 @@ def to_markdown(title: str, blocks: list[Block]) -> str:
             out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in b.rows] + [""]
         elif b.kind == "fig":
             out += [f"![{b.text}](figures/{b.name})", "", f"*{b.text}*", ""]
+        elif b.kind == "list":
+            out += ([f"**{b.text.capitalize()}:**", ""] if b.text == "warnings" else []) + [f"- {r[0]}" for r in b.rows] + [""]
     return "\n".join(out)
 
 
+ANSWER_BG, WARNINGS_BG = "#e3ecfa", "#fdf0d5"  # the summary's boxes (the HTML test looks for them)
 STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:1em auto;color:#222}"
          "table{border-collapse:collapse;font-size:12px;margin-bottom:1em}"
          "td,th{border:1px solid #bbb;padding:2px 6px}th{background:#eee}"
-         "figure img{max-width:100%;border:1px solid #ddd}")
+         "figure img{max-width:100%;border:1px solid #ddd}"
+         "figure{display:inline-block;vertical-align:top;max-width:49%;margin:0.3em 0.5% 0.3em 0}"
+         "ul.answer,ul.warnings{font-size:13px;margin:0.3em 0;padding:0.4em 0.4em 0.4em 1.6em}"
+         f"ul.answer{{background:{ANSWER_BG}}}ul.warnings{{background:{WARNINGS_BG}}}")
 
 
 def to_html(title: str, blocks: list[Block]) -> str:
@@ -76,5 +83,7 @@ def to_html(title: str, blocks: list[Block]) -> str:
             data = base64.b64encode(b.png).decode()
             out.append(f"<figure><img alt='{e(b.text)}' src='data:image/png;base64,{data}'>"
                        f"<figcaption>{e(b.text)}</figcaption></figure>")
+        elif b.kind == "list":
+            out.append(f"<ul class='{e(b.text)}'>" + "".join(f"<li>{e(r[0])}</li>" for r in b.rows) + "</ul>")
     out.append("</body></html>")
     return "\n".join(out)

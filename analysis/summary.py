@@ -1,0 +1,195 @@
+"""The answer first: the summary block that opens report.md and report.html.
+
+Every sentence here is generated from the analysis results, never written by hand: the gap to AR
+at each size with its interval and n and what it says (AR better, family better, inconclusive),
+the trend of the gap per decade of x and the multiplier k(x) at the largest measured size, the
+ensemble gain at the largest size, and warnings (runs on the unigram plateau, fits at a bound or
+not identifiable, sizes missing seeds, runs without records, sets that were not evaluated).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import polars as pl
+
+from analysis.cells import latest
+from analysis.report import Block, num
+
+UNIGRAM_METRIC = "nll_unigram"  # issue 13: unigram cross-entropy of the training split per dataset
+PLATEAU_MARGIN = 0.1  # nats/token a run must sit below its unigram baseline (issue 13)
+PLATEAU_METRICS = ("nll_l2r", "nll_anyorder")
+LISTED = 4  # names listed in one warning before "and N more"
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The summary's sentences: what was measured (`answer`) and what to distrust (`warnings`)."""
+
+    dataset: str
+    split: str
+    answer: tuple[str, ...]
+    warnings: tuple[str, ...]
+
+
+def signed(v: float | None, digits: int = 3) -> str:
+    """'+0.123' / '-0.045' / 'n/a'."""
+    if v is None or not math.isfinite(v):
+        return num(v)
+    return f"{v:+.{digits}f}"
+
+
+def _ci(mean: float, lo: float, hi: float, n: object) -> str:
+    return f"{signed(mean)} [{signed(lo)}, {signed(hi)}] (n={n})"
+
+
+def _listing(items: list[str]) -> str:
+    shown = ", ".join(items[:LISTED])
+    return shown + (f" and {len(items) - LISTED} more" if len(items) > LISTED else "")
+
+
+def primary_set(final: pl.DataFrame) -> tuple[str, str]:
+    """The dataset/split the summary leads with: where AR's nll_l2r has most records, validation first."""
+    ar = final.filter((pl.col("family") == "ar") & (pl.col("metric") == "nll_l2r"))
+    pool = ar if not ar.is_empty() else final
+    if pool.is_empty():
+        return "", ""
+    counts = (pool.group_by(["dataset", "split"]).len()
+              .with_columns((pl.col("split") == "validation").alias("val"))
+              .sort(["val", "len", "dataset", "split"], descending=[True, True, False, False]))
+    return counts["dataset"][0], counts["split"][0]
+
+
+def verdict(points) -> str:
+    """How many sizes' intervals lie above zero (AR better), below it, or straddle it."""
+    above = [p.size for p in points if p.delta.lo > 0]
+    below = [p.size for p in points if p.delta.hi < 0]
+    unclear = [p.size for p in points if p.size not in above + below]
+    parts = []
+    if above:
+        parts.append(f"AR is better at {'every size' if len(above) == len(points) else ', '.join(above)}")
+    if below:
+        parts.append(f"the family is better at {', '.join(below)}")
+    if unclear:
+        parts.append(f"the interval includes zero (or is missing) at {', '.join(unclear)}")
+    return "; ".join(parts)
+
+
+def gap_sentences(gap, x: str) -> list[str]:
+    """The gap at each size, its verdict, its trend and the multiplier at the largest size."""
+    sizes = "; ".join(f"{p.size} {_ci(p.delta.mean, p.delta.lo, p.delta.hi, p.delta.n if p.paired else f'{p.n_family} vs {p.n_reference}')}"
+                      for p in gap.points)
+    out = [f"{gap.family}/{gap.variant} {gap.metric} − AR nll_l2r (nats/token): {sizes}. {verdict(gap.points)}."]
+    t = gap.trend
+    if t.status == "ok":
+        direction = ("shrinks" if t.hi < 0 else "grows" if t.lo > 0 else "shows no significant trend")
+        out.append(f"Per decade of {x} this gap changes by {_ci(t.slope, t.lo, t.hi, f'{t.n_points} sizes')} "
+                   f"nats/token: it {direction}.")
+    else:
+        out.append(f"No trend reported ({t.status}: {t.reason}).")
+    if gap.multipliers:
+        m = max((m for m in gap.multipliers if m.x <= max(p.x for p in gap.points)), key=lambda m: m.x, default=None)
+        if m is not None:
+            out.append(f"Multiplier k at {x}={num(m.x)}: {num(m.k, 3)} [{num(m.lo, 3)}, {num(m.hi, 3)}] times AR's {x} "
+                       f"to reach AR's loss (never reached in {m.unreached:.0%} of resamples).")
+    else:
+        out.append(f"No multiplier k(x): {gap.multiplier_reason}.")
+    return out
+
+
+def ensemble_sentences(study) -> list[str]:
+    """The gain NLL(M_min) − NLL(M_max) at the largest size, and its trend."""
+    if not study.gains:
+        return [f"{study.family}/{study.variant}: no ensemble gain (fewer than two M per size)."]
+    g = max(study.gains, key=lambda g: g.x)
+    out = [f"Ensemble gain of {study.family}/{study.variant} at {g.size}: NLL(M={g.m_min}) − NLL(M={g.m_max}) = "
+           f"{_ci(g.gain.mean, g.gain.lo, g.gain.hi, g.gain.n)} nats/token."]
+    t = study.gain_trend
+    if t.status == "ok":
+        out.append(f"Gain trend {_ci(t.slope, t.lo, t.hi, f'{t.n_points} sizes')} nats per decade of size.")
+    return out
+
+
+def plateau_runs(final: pl.DataFrame) -> tuple[list[str], int]:
+    """Runs with an nll_l2r or nll_anyorder that is not PLATEAU_MARGIN below the unigram baseline of
+    the same dataset/split ('family size seed s (metric value, ... vs unigram u on dataset)'), and
+    the number of runs that have a baseline (0: nothing could be checked)."""
+    base = final.filter(pl.col("metric") == UNIGRAM_METRIC)
+    keys = ["run_id", "dataset", "split"]
+    joined = (final.filter(pl.col("metric").is_in(PLATEAU_METRICS) & pl.col("m").is_null())
+              .join(base.select(*keys, pl.col("value").alias("unigram")), on=keys))
+    high = (joined.filter(pl.col("value") > pl.col("unigram") - PLATEAU_MARGIN)
+            .sort(["family", "size", "seed", "dataset", "metric"])
+            .group_by(["family", "size", "seed", "run_id", "dataset", "unigram"], maintain_order=True)
+            .agg(pl.col("metric"), pl.col("value")))
+    named = [f"{r['family']} {r['size']} seed {r['seed']} ("
+             + ", ".join(f"{m} {num(v)}" for m, v in zip(r["metric"], r["value"]))
+             + f" vs unigram {num(r['unigram'])} on {r['dataset']})" for r in high.iter_rows(named=True)]
+    return named, joined["run_id"].n_unique()
+
+
+def fit_warnings(fits) -> list[str]:
+    """Fits at a bound and fits that are not identifiable."""
+    out = []
+    for status, what in (("at_bound", "have their exponent at the search bound (flat curves: not extrapolated)"),
+                         ("not_identifiable", "are not identifiable")):
+        hit = [f for f in fits if f.status == status]
+        if hit:
+            names = [f"{f.labels['family']} {f.labels['metric']}/{f.labels['dataset']}" for f in hit]
+            out.append(f"{len(hit)} of {len(fits)} power-law fits {what}: {_listing(names)}.")
+    return out
+
+
+def seed_warnings(cells) -> list[str]:
+    """Sizes with fewer seeds than the study's most-seeded size."""
+    l2r = [c for c in cells if c.key[2] == "nll_l2r"]
+    most = max((len(p.values) for c in l2r for p in c.points), default=0)
+    short = [f"{c.key[0]} {p.label} ({len(p.values)}/{most}) on {c.key[3]}" for c in l2r for p in c.points
+             if len(p.values) < most]
+    return [f"Sizes missing seeds: {_listing(short)}."] if short else []
+
+
+def set_warnings(final: pl.DataFrame, primary: tuple[str, str]) -> list[str]:
+    """Name the sets that were evaluated when nothing beyond the study's own split was."""
+    sets = sorted({(d, s) for d, s in final.select("dataset", "split").iter_rows()})
+    if sets == [primary]:
+        return [f"Only {primary[0]}/{primary[1]} was evaluated: other sets were skipped (evaluation had no "
+                "data folder) or not requested."]
+    return []
+
+
+def build_summary(a) -> Summary:
+    """The summary of an `analysis.fit_curves.Analysis`."""
+    final, _ = latest(a.inputs.records)
+    dataset, split = primary_set(final)
+    answer = []
+    gaps = sorted((g for g in a.gaps if (g.dataset, g.split) == (dataset, split)),
+                  key=lambda g: (g.metric != "nll_l2r", g.family, g.variant, g.metric))
+    for g in gaps:
+        answer += gap_sentences(g, a.x)
+    if not gaps:
+        answer.append("No gap to AR: " + ("; ".join(a.gap_notes) or f"no comparable runs on {dataset}/{split}") + ".")
+    for s in a.ensembles:
+        if (s.dataset, s.split) == (dataset, split):
+            answer += ensemble_sentences(s)
+    plateau, n_checked = plateau_runs(final)
+    warnings = []
+    if plateau:
+        warnings.append(f"{len(plateau)} of {n_checked} runs are on the unigram plateau (less than {PLATEAU_MARGIN} "
+                        f"nats/token below it): {_listing(plateau)}. Gaps involving them say nothing about the families.")
+    elif not n_checked:
+        warnings.append(f"No {UNIGRAM_METRIC} records: whether runs left the unigram plateau is unchecked.")
+    warnings += fit_warnings(a.fits) + seed_warnings(a.cells) + set_warnings(final, (dataset, split))
+    if a.inputs.missing_runs:
+        warnings.append(f"{len(a.inputs.missing_runs)} run(s) have no eval.parquet: {_listing(list(a.inputs.missing_runs))}.")
+    warnings += [f"{n}." for n in a.notes if not n.startswith("run without eval.parquet")]
+    return Summary(dataset, split, tuple(answer), tuple(warnings))
+
+
+def summary_blocks(s: Summary) -> list[Block]:
+    """The summary as report blocks: a heading, the answer and the warnings as bullet lists."""
+    where = f" on {s.dataset}/{s.split}" if s.dataset else ""
+    out = [Block("h", text=f"Summary{where} (95 % intervals; n = seeds)"), Block("list", text="answer", rows=tuple((t,) for t in s.answer))]
+    if s.warnings:
+        out.append(Block("list", text="warnings", rows=tuple((t,) for t in s.warnings)))
+    return out
