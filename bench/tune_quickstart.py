@@ -11,10 +11,13 @@ run's left-to-right NLL on the same validation windows, and prints per family an
 - tokens/s of every (family, size) timed side by side in one process (`--speed`), and the wall
   time of the grid projected from those ratios and a reference throughput.
 
-    python bench/tune_quickstart.py --sizes 0.1M,0.3M --families ar,aogpt,mdm --seeds 2 \
-        --steps 1000 --lr 3e-3 --warmup 50 --out studies/tune_quickstart
+    python bench/tune_quickstart.py --families ar,aogpt,mdm --sizes 0.1M,0.3M --seeds 2 \
+        --steps 2000 --warmup 100 --lr 3e-3 --seq-len 32 --batch-size 32 --out studies/tune_quickstart \
+        --speed-sizes 0.1M,0.3M,4/112/4,1M
 
-Finished runs are reused (a rerun only prints), so the sweep can be grown a step at a time.
+Finished runs are reused (a rerun only prints), so the sweep can be grown a step at a time;
+`--report-only` prints what is done without training. The measurements and the choice they led
+to are in docs/results/quickstart-tuning.md.
 """
 from __future__ import annotations
 
@@ -32,10 +35,12 @@ import numpy as np
 import torch
 
 import models
+from jobs import unigram
 from jobs.data import token_array, val_batches
-from jobs.evaluate import evaluate, load_run
+from jobs.evaluate import load_run
 from jobs.tokenizers import get_encoding
 from models import likelihood as lk
+from models.ladder import core_params, get_shape
 
 # Model options of each family's quickstart arm (scaling.arms' defaults, EMA left to the study).
 FAMILY_OPTIONS = {
@@ -83,8 +88,7 @@ def run_name(grid: Grid, family: str, size: str, seed: int) -> str:
 def train(grid: Grid, family: str, size: str, seed: int, root: Path) -> Path:
     """Train one run (skipped when its status says done); returns the run directory."""
     run_dir = root / run_name(grid, family, size, seed)
-    status = run_dir / "status.json"
-    if status.is_file() and json.loads(status.read_text()).get("state") == "done":
+    if done(run_dir):
         return run_dir
     cmd = [sys.executable, "-m", "jobs.train", "--run-dir", str(run_dir), "--family", family,
            "--size", size, "--steps", str(grid.steps), "--lr", str(grid.lr), "--warmup", str(grid.warmup),
@@ -110,10 +114,8 @@ def windows(seq_len: int, n: int) -> torch.Tensor:
 
 
 def unigram_nll(chunks: torch.Tensor) -> np.ndarray:
-    """Per-window add-one-smoothed unigram cross-entropy of the training split (nats/token)."""
-    vocab = get_encoding("bytes").n_vocab
-    counts = np.bincount(token_array("shakespeare", "bytes", "train"), minlength=vocab) + 1.0
-    logp = np.log(counts / counts.sum())
+    """Per-window `nll_unigram` (jobs.unigram: add-one-smoothed training-split unigram), nats/token."""
+    logp = unigram.log_probs(unigram.train_counts("shakespeare", "bytes", get_encoding("bytes").n_vocab))
     return -logp[chunks.numpy()].mean(axis=1)
 
 
@@ -124,15 +126,15 @@ def window_nll(run_dir: Path, chunks: torch.Tensor) -> np.ndarray:
         return torch.cat([lk.l2r_nll(model, b).mean(dim=1) for b in chunks.split(32)]).double().numpy()
 
 
-def ensemble_gain(grid: Grid, run_dir: Path) -> tuple[float, float]:
-    """NLL(M=1) - NLL(M=max) from `jobs.evaluate` and its standard error (paired over windows)."""
-    frame = evaluate(run_dir, "quick", m_max=grid.m_max, ensemble_chunks=grid.ensemble_chunks,
-                     val_chunks=grid.val_chunks, weights="raw")
-    rows = {int(r["m"]): r for r in frame.filter(frame["metric"] == "nll_ensemble").iter_rows(named=True)}
-    one, top = rows[1], rows[max(rows)]
-    # The sweep shares orders across M, so M=1 and M=max are positively correlated; the sum of
-    # variances is a conservative standard error for the difference.
-    return one["value"] - top["value"], math.hypot(one["se"], top["se"])
+def ensemble_gain(grid: Grid, run_dir: Path, chunks: torch.Tensor) -> np.ndarray:
+    """Per-window NLL(M=1) - NLL(M=m_max) of context-order ensembling (`jobs.evaluate`'s estimator:
+    n_targets = the whole window, one uniform base order per target, shared across M)."""
+    model, _, _ = load_run(run_dir, "raw")
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        logp = torch.cat([lk.ensemble_logprobs(model, b, grid.m_max, None, g)[0]
+                          for b in chunks[:grid.ensemble_chunks].split(8)])
+    return (lk.ensemble_losses(logp, 1) - lk.ensemble_losses(logp, grid.m_max)).mean(dim=1).numpy()
 
 
 def mean_ci(diffs: np.ndarray) -> tuple[float, float, float]:
@@ -141,15 +143,15 @@ def mean_ci(diffs: np.ndarray) -> tuple[float, float, float]:
     return float(diffs.mean()), float(diffs.mean() - half), float(diffs.mean() + half)
 
 
-def speed_table(grid: Grid, rounds: int = 3, steps: int = 5) -> dict[tuple[str, str], float]:
+def speed_table(grid: Grid, sizes: tuple[str, ...], rounds: int = 3, steps: int = 5) -> dict[tuple[str, str], float]:
     """Training tokens/s of every (family, size) on one thread, interleaved round-robin in one
-    process so that load on a shared machine hits all of them alike."""
+    process so that load on a shared machine hits all of them alike (best round of each)."""
     torch.manual_seed(0)
     data = token_array("shakespeare", "bytes", "train")
     rng = np.random.default_rng(0)
     built = {}
     for family in grid.families:
-        for size in grid.sizes:
+        for size in sizes:
             model = models.build_model(family, size, vocab_size=get_encoding("bytes").n_vocab,
                                        seq_len=grid.seq_len, **FAMILY_OPTIONS[family])
             built[family, size] = (model, torch.optim.AdamW(model.parameters(), lr=grid.lr))
@@ -169,54 +171,86 @@ def speed_table(grid: Grid, rounds: int = 3, steps: int = 5) -> dict[tuple[str, 
     return {key: per_step / min(ts) for key, ts in times.items()}
 
 
-def projected_wall_s(grid: Grid, speeds: dict[tuple[str, str], float], lanes: int = 2) -> float:
-    """Wall time of the grid on `lanes` idle cores: reference throughput scaled by the timed ratios."""
+def projected_wall_s(speeds: dict[tuple[str, str], float], tokens: dict[str, float], seeds: int,
+                     lanes: int = 2) -> float:
+    """Wall time of every family in `speeds` x the sizes in `tokens` (training tokens per run of
+    each size) x seeds on `lanes` idle cores: REFERENCE_TOKENS_PER_S scaled by the timed ratios."""
     ref_family, ref_size, ref_speed = REFERENCE_TOKENS_PER_S
-    scale = ref_speed / speeds[ref_family, ref_size] if (ref_family, ref_size) in speeds else 1.0
-    run_s = [grid.tokens / (speeds[f, s] * scale) + START_S
-             for f in grid.families for s in grid.sizes for _ in range(grid.seeds)]
-    return sum(run_s) / lanes
+    scale = ref_speed / speeds[ref_family, ref_size]
+    run_s = [tokens[s] / (v * scale) + START_S for (f, s), v in speeds.items() if s in tokens]
+    return seeds * sum(run_s) / lanes
 
 
-def report(grid: Grid, root: Path, speed: bool) -> None:
+def laptop_tokens(sizes: tuple[str, ...], tokens_per_param: float) -> dict[str, float]:
+    """Compute-optimal-style budgets: tokens_per_param x the core parameters of each size."""
+    return {s: tokens_per_param * core_params(get_shape(s)) for s in sizes}
+
+
+def done(run_dir: Path) -> bool:
+    status = run_dir / "status.json"
+    return status.is_file() and json.loads(status.read_text()).get("state") == "done"
+
+
+def report(grid: Grid, root: Path) -> None:
+    """Per family and size: validation NLL vs unigram; AR's paired gaps; AO-GPT's ensemble gain.
+    Uses the seeds whose runs are done (a sweep still under way reports what it has)."""
     chunks = windows(grid.seq_len, grid.val_chunks)
     uni = unigram_nll(chunks)
     print(f"grid: {grid}\nunigram baseline on the {len(chunks)} windows: {uni.mean():.4f} nats/byte")
-    print("| family | size | seeds | val NLL (L2R) | unigram | below unigram | train tok/s | val_loss curve |")
+    print("| family | size | seeds | val NLL (L2R) | unigram | below unigram | train tok/s | val_loss curve (seed 0) |")
     print("|---|---|---|---|---|---|---|---|")
-    nll: dict[tuple[str, str], np.ndarray] = {}
+    nll: dict[tuple[str, str], dict[int, np.ndarray]] = {}
     for family in grid.families:
         for size in grid.sizes:
-            dirs = [root / run_name(grid, family, size, s) for s in range(grid.seeds)]
-            nll[family, size] = np.stack([window_nll(d, chunks) for d in dirs])  # [seeds, windows]
-            curves = [curve(d) for d in dirs]
+            dirs = {s: root / run_name(grid, family, size, s) for s in range(grid.seeds)}
+            dirs = {s: d for s, d in dirs.items() if done(d)}
+            if not dirs:
+                continue
+            nll[family, size] = {s: window_nll(d, chunks) for s, d in dirs.items()}
+            curves = [curve(d) for d in dirs.values()]
             shown = " ".join(f"{step}:{v:.2f}" for step, v in curves[0][0])
-            mean = nll[family, size].mean()
-            print(f"| {family} | {size} | {grid.seeds} | {mean:.4f} | {uni.mean():.4f} | {uni.mean() - mean:+.3f} "
+            mean = float(np.mean(list(nll[family, size].values())))
+            print(f"| {family} | {size} | {len(dirs)} | {mean:.4f} | {uni.mean():.4f} | {uni.mean() - mean:+.3f} "
                   f"| {statistics.median(c[1] for c in curves):,.0f} | {shown} |")
-    print("\n| family | size | L2R gap to AR (nats/byte) | 95 % interval (paired over windows x seeds) |")
-    print("|---|---|---|---|")
+    print("\n| family | size | L2R gap to AR (nats/byte) | 95 % interval (paired over windows x seeds) | seeds |")
+    print("|---|---|---|---|---|")
     for family in grid.families[1:]:
         for size in grid.sizes:
-            mean, lo, hi = mean_ci((nll[family, size] - nll[grid.families[0], size]).ravel())
-            print(f"| {family} | {size} | {mean:+.4f} | [{lo:+.4f}, {hi:+.4f}] |")
-    if "aogpt" in grid.families:
-        size = grid.sizes[-1]
-        gains = [ensemble_gain(grid, root / run_name(grid, "aogpt", size, s)) for s in range(grid.seeds)]
-        for seed, (gain, se) in enumerate(gains):
-            print(f"\naogpt {size} seed {seed}: ensemble gain NLL(M=1)-NLL(M={grid.m_max}) = {gain:+.4f} "
-                  f"[{gain - Z95 * se:+.4f}, {gain + Z95 * se:+.4f}]")
-    if speed:
-        speeds = speed_table(grid)
-        print("\n| family | size | tokens/s (this machine, side by side) |\n|---|---|---|")
-        for (family, size), v in speeds.items():
-            print(f"| {family} | {size} | {v:,.0f} |")
-        wall = projected_wall_s(grid, speeds)
-        print(f"\nprojected quickstart wall time on 2 idle cores, 2 runs at a time: {wall / 60:.1f} min "
-              f"({grid.tokens:,} tokens per run; reference {REFERENCE_TOKENS_PER_S})")
+            fam, ref = nll.get((family, size), {}), nll.get((grid.families[0], size), {})
+            seeds = sorted(set(fam) & set(ref))
+            if seeds:
+                mean, lo, hi = mean_ci(np.concatenate([fam[s] - ref[s] for s in seeds]))
+                print(f"| {family} | {size} | {mean:+.4f} | [{lo:+.4f}, {hi:+.4f}] | {len(seeds)} |")
+    size = grid.sizes[-1]
+    seeds = sorted(nll.get(("aogpt", size), {}))
+    if seeds:
+        gains = np.concatenate([ensemble_gain(grid, root / run_name(grid, "aogpt", size, s), chunks) for s in seeds])
+        mean, lo, hi = mean_ci(gains)
+        print(f"\naogpt {size}: ensemble gain NLL(M=1) - NLL(M={grid.m_max}) = {mean:+.4f} [{lo:+.4f}, {hi:+.4f}] "
+              f"(paired over {grid.ensemble_chunks} windows x {len(seeds)} seed(s), every slot a target)")
 
 
-def parse_args(argv: list[str] | None) -> tuple[Grid, Path, bool, bool]:
+def print_speeds(grid: Grid, sizes: tuple[str, ...], laptop: tuple[float, int]) -> None:
+    """Side-by-side tokens/s, the grid's projected wall time and the laptop preset's."""
+    speeds = speed_table(grid, sizes)
+    ref = speeds[REFERENCE_TOKENS_PER_S[:2]]
+    print("\n| family | size | tokens/s (this machine, side by side) | relative to aogpt 1M | projected idle tokens/s |")
+    print("|---|---|---|---|---|")
+    for (family, size), v in speeds.items():
+        print(f"| {family} | {size} | {v:,.0f} | {v / ref:.2f} | {v / ref * REFERENCE_TOKENS_PER_S[2]:,.0f} |")
+    grid_speeds = {k: v for k, v in speeds.items() if k[1] in grid.sizes}
+    wall = projected_wall_s(grid_speeds, {s: grid.tokens for s in grid.sizes}, grid.seeds)
+    print(f"\nprojected wall time of this grid on 2 idle cores, 2 runs at a time: {wall / 60:.1f} min "
+          f"({grid.tokens:,} tokens per run, {START_S:g} s start-up + evaluation per run; "
+          f"reference {REFERENCE_TOKENS_PER_S})")
+    per_param, seeds = laptop
+    tokens = laptop_tokens(sizes, per_param)
+    wall = projected_wall_s(speeds, tokens, seeds)
+    print(f"projected laptop preset ({per_param:g} tokens/param, {seeds} seeds, sizes {', '.join(sizes)}): "
+          f"{wall / 3600:.2f} h; tokens per run " + ", ".join(f"{s} {t / 1e6:.2f}M" for s, t in tokens.items()))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--families", default="ar,aogpt,mdm", help="first one is the reference (ar)")
     p.add_argument("--sizes", default="0.1M,0.3M")
@@ -228,26 +262,32 @@ def parse_args(argv: list[str] | None) -> tuple[Grid, Path, bool, bool]:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--ema", type=float, default=0.0)
     p.add_argument("--eval-every", type=int, default=250)
-    p.add_argument("--val-chunks", type=int, default=128)
+    p.add_argument("--val-chunks", type=int, default=256)
     p.add_argument("--ensemble-chunks", type=int, default=32)
     p.add_argument("--m-max", type=int, default=4)
     p.add_argument("--out", default="studies/tune_quickstart")
     p.add_argument("--train-only", action="store_true", help="train the grid, print nothing")
-    p.add_argument("--speed", action="store_true", help="also time every (family, size) side by side")
-    a = p.parse_args(argv)
-    grid = Grid(tuple(a.families.split(",")), tuple(a.sizes.split(",")), a.seeds, a.steps, a.lr, a.warmup,
-                a.seq_len, a.batch_size, a.ema, a.eval_every, a.val_chunks, a.ensemble_chunks, a.m_max)
-    return grid, Path(a.out), a.train_only, a.speed
+    p.add_argument("--speed-sizes", default="", help="time these sizes side by side (must include 1M) and "
+                   "project the grid's and the laptop preset's wall time")
+    p.add_argument("--laptop", default="20,3", help="tokens per parameter, seeds of the projected laptop preset")
+    p.add_argument("--report-only", action="store_true", help="print the table of what is trained, train nothing")
+    return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    grid, root, train_only, speed = parse_args(argv)
-    for seed in range(grid.seeds):
+    a = parse_args(argv)
+    grid = Grid(tuple(a.families.split(",")), tuple(a.sizes.split(",")), a.seeds, a.steps, a.lr, a.warmup,
+                a.seq_len, a.batch_size, a.ema, a.eval_every, a.val_chunks, a.ensemble_chunks, a.m_max)
+    root = Path(a.out)
+    for seed in range(grid.seeds if not a.report_only else 0):
         for size in grid.sizes:
             for family in grid.families:
                 train(grid, family, size, seed, root)
-    if not train_only:
-        report(grid, root, speed)
+    if not a.train_only:
+        report(grid, root)
+    if a.speed_sizes:
+        per_param, seeds = a.laptop.split(",")
+        print_speeds(grid, tuple(a.speed_sizes.split(",")), (float(per_param), int(seeds)))
     return 0
 
 
