@@ -16,7 +16,7 @@ run's left-to-right NLL on the same validation windows, and prints per family an
         --speed-sizes 0.1M,0.3M,4/112/4,1M
 
 Finished runs are reused (a rerun only prints), so the sweep can be grown a step at a time;
-`--report-only` prints what is done without training. The measurements and the choice they led
+`--no-train` prints what is done without training (`--no-report --speed-sizes ...` times only). The measurements and the choice they led
 to are in docs/results/quickstart-tuning.md.
 """
 from __future__ import annotations
@@ -171,13 +171,18 @@ def speed_table(grid: Grid, sizes: tuple[str, ...], rounds: int = 3, steps: int 
     return {key: per_step / min(ts) for key, ts in times.items()}
 
 
-def projected_wall_s(speeds: dict[tuple[str, str], float], tokens: dict[str, float], seeds: int,
-                     lanes: int = 2) -> float:
-    """Wall time of every family in `speeds` x the sizes in `tokens` (training tokens per run of
-    each size) x seeds on `lanes` idle cores: REFERENCE_TOKENS_PER_S scaled by the timed ratios."""
+def idle_speeds(speeds: dict[tuple[str, str], float]) -> dict[tuple[str, str], float]:
+    """Timed tokens/s scaled so that the reference (family, size) runs at REFERENCE_TOKENS_PER_S."""
     ref_family, ref_size, ref_speed = REFERENCE_TOKENS_PER_S
     scale = ref_speed / speeds[ref_family, ref_size]
-    run_s = [tokens[s] / (v * scale) + START_S for (f, s), v in speeds.items() if s in tokens]
+    return {key: v * scale for key, v in speeds.items()}
+
+
+def projected_wall_s(idle: dict[tuple[str, str], float], tokens: dict[str, float], seeds: int,
+                     lanes: int = 2) -> float:
+    """Wall time of every family in `idle` (tokens/s) x the sizes in `tokens` (training tokens per
+    run) x seeds on `lanes` idle cores, START_S per run included."""
+    run_s = [tokens[s] / v + START_S for (_, s), v in idle.items() if s in tokens]
     return seeds * sum(run_s) / lanes
 
 
@@ -230,22 +235,26 @@ def report(grid: Grid, root: Path) -> None:
               f"(paired over {grid.ensemble_chunks} windows x {len(seeds)} seed(s), every slot a target)")
 
 
-def print_speeds(grid: Grid, sizes: tuple[str, ...], laptop: tuple[float, int]) -> None:
+def print_speeds(grid: Grid, sizes: tuple[str, ...], laptop: tuple[float, int], cache: Path, reuse: bool) -> None:
     """Side-by-side tokens/s, the grid's projected wall time and the laptop preset's."""
-    speeds = speed_table(grid, sizes)
-    ref = speeds[REFERENCE_TOKENS_PER_S[:2]]
+    if reuse and cache.is_file():
+        speeds = {tuple(k.split("|")): v for k, v in json.loads(cache.read_text()).items()}
+    else:
+        speeds = speed_table(grid, sizes)
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps({"|".join(k): v for k, v in speeds.items()}, indent=1))
+    idle = idle_speeds(speeds)
     print("\n| family | size | tokens/s (this machine, side by side) | relative to aogpt 1M | projected idle tokens/s |")
     print("|---|---|---|---|---|")
-    for (family, size), v in speeds.items():
-        print(f"| {family} | {size} | {v:,.0f} | {v / ref:.2f} | {v / ref * REFERENCE_TOKENS_PER_S[2]:,.0f} |")
-    grid_speeds = {k: v for k, v in speeds.items() if k[1] in grid.sizes}
-    wall = projected_wall_s(grid_speeds, {s: grid.tokens for s in grid.sizes}, grid.seeds)
+    for key, v in speeds.items():
+        print(f"| {key[0]} | {key[1]} | {v:,.0f} | {idle[key] / REFERENCE_TOKENS_PER_S[2]:.2f} | {idle[key]:,.0f} |")
+    wall = projected_wall_s(idle, {s: grid.tokens for s in grid.sizes}, grid.seeds)
     print(f"\nprojected wall time of this grid on 2 idle cores, 2 runs at a time: {wall / 60:.1f} min "
           f"({grid.tokens:,} tokens per run, {START_S:g} s start-up + evaluation per run; "
           f"reference {REFERENCE_TOKENS_PER_S})")
     per_param, seeds = laptop
     tokens = laptop_tokens(sizes, per_param)
-    wall = projected_wall_s(speeds, tokens, seeds)
+    wall = projected_wall_s(idle, tokens, seeds)
     print(f"projected laptop preset ({per_param:g} tokens/param, {seeds} seeds, sizes {', '.join(sizes)}): "
           f"{wall / 3600:.2f} h; tokens per run " + ", ".join(f"{s} {t / 1e6:.2f}M" for s, t in tokens.items()))
 
@@ -262,15 +271,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--ema", type=float, default=0.0)
     p.add_argument("--eval-every", type=int, default=250)
-    p.add_argument("--val-chunks", type=int, default=256)
+    p.add_argument("--val-chunks", type=int, default=1024)
     p.add_argument("--ensemble-chunks", type=int, default=32)
     p.add_argument("--m-max", type=int, default=4)
     p.add_argument("--out", default="studies/tune_quickstart")
-    p.add_argument("--train-only", action="store_true", help="train the grid, print nothing")
+    p.add_argument("--no-report", action="store_true", help="train the grid, print no table")
     p.add_argument("--speed-sizes", default="", help="time these sizes side by side (must include 1M) and "
                    "project the grid's and the laptop preset's wall time")
     p.add_argument("--laptop", default="20,3", help="tokens per parameter, seeds of the projected laptop preset")
-    p.add_argument("--report-only", action="store_true", help="print the table of what is trained, train nothing")
+    p.add_argument("--no-train", action="store_true", help="train nothing; tables of the runs already done")
+    p.add_argument("--reuse-speeds", action="store_true", help="reprint the speeds saved in OUT/speeds.json")
     return p.parse_args(argv)
 
 
@@ -279,15 +289,16 @@ def main(argv: list[str] | None = None) -> int:
     grid = Grid(tuple(a.families.split(",")), tuple(a.sizes.split(",")), a.seeds, a.steps, a.lr, a.warmup,
                 a.seq_len, a.batch_size, a.ema, a.eval_every, a.val_chunks, a.ensemble_chunks, a.m_max)
     root = Path(a.out)
-    for seed in range(grid.seeds if not a.report_only else 0):
+    for seed in range(0 if a.no_train else grid.seeds):
         for size in grid.sizes:
             for family in grid.families:
                 train(grid, family, size, seed, root)
-    if not a.train_only:
+    if not a.no_report:
         report(grid, root)
     if a.speed_sizes:
         per_param, seeds = a.laptop.split(",")
-        print_speeds(grid, tuple(a.speed_sizes.split(",")), (float(per_param), int(seeds)))
+        print_speeds(grid, tuple(a.speed_sizes.split(",")), (float(per_param), int(seeds)), root / "speeds.json",
+                     a.reuse_speeds)
     return 0
 
 
