@@ -60,54 +60,70 @@ def primary_set(final: pl.DataFrame) -> tuple[str, str]:
     return counts["dataset"][0], counts["split"][0]
 
 
+def name(family: str, variant: str) -> str:
+    """`aogpt/adaln+mix:0.1`, or the family alone when the variant has no label."""
+    return f"{family}/{variant}" if variant else family
+
+
 def verdict(points) -> str:
-    """How many sizes' intervals lie above zero (AR better), below it, or straddle it."""
-    above = [p.size for p in points if p.delta.lo > 0]
-    below = [p.size for p in points if p.delta.hi < 0]
-    unclear = [p.size for p in points if p.size not in above + below]
+    """Which sizes' intervals lie above zero (AR better), below it, or straddle it; sizes without
+    an interval or with a run on the unigram plateau are no result either way."""
+    stuck = [p.size for p in points if getattr(p, "plateau", "")]
+    single = [p.size for p in points if p.size not in stuck and not math.isfinite(p.delta.lo)]
+    above = [p.size for p in points if p.delta.lo > 0 and p.size not in stuck]
+    below = [p.size for p in points if p.delta.hi < 0 and p.size not in stuck]
+    unclear = [p.size for p in points if p.size not in above + below + stuck + single]
     parts = []
     if above:
         parts.append(f"AR is better at {'every size' if len(above) == len(points) else ', '.join(above)}")
     if below:
         parts.append(f"the family is better at {', '.join(below)}")
     if unclear:
-        parts.append(f"the interval includes zero (or is missing) at {', '.join(unclear)}")
-    return "; ".join(parts)
+        parts.append(f"the interval includes zero at {', '.join(unclear)}")
+    if single:
+        parts.append(f"no interval at {', '.join(single)} (fewer than 2 seeds)")
+    if stuck:
+        parts.append(f"no result at {', '.join(stuck)} (a run on the unigram plateau)")
+    text = "; ".join(parts)
+    return text[:1].upper() + text[1:]
 
 
-def gap_sentences(gap, x: str) -> list[str]:
-    """The gap at each size, its verdict, its trend and the multiplier at the largest size."""
+def _trend(gap, x: str) -> str:
+    t = gap.trend
+    if t.status != "ok":
+        return f"none ({t.status}: {t.reason})"
+    direction = "shrinks" if t.hi < 0 else "grows" if t.lo > 0 else "shows no significant trend"
+    return f"per decade of {x} it changes by {_ci(t.slope, t.lo, t.hi, f'{t.n_points} sizes')} nats/token: it {direction}"
+
+
+def _multiplier(gap, x: str) -> str:
+    largest = max(p.x for p in gap.points)
+    m = max((m for m in gap.multipliers if m.x <= largest), key=lambda m: m.x, default=None)
+    if m is None:
+        return f"none ({gap.multiplier_reason or 'no measured size'})"
+    return (f"k at {x}={num(m.x)}: {num(m.k, 3)} [{num(m.lo, 3)}, {num(m.hi, 3)}] times AR's {x} to reach "
+            f"AR's loss (never reached in {m.unreached:.0%} of resamples)")
+
+
+def gap_sentence(gap, x: str) -> str:
+    """One bullet: the gap at each size with interval and n, the verdict, the trend and k(x)."""
     sizes = "; ".join(f"{p.size} {_ci(p.delta.mean, p.delta.lo, p.delta.hi, p.delta.n if p.paired else f'{p.n_family} vs {p.n_reference}')}"
                       for p in gap.points)
-    out = [f"{gap.family}/{gap.variant} {gap.metric} − AR nll_l2r (nats/token): {sizes}. {verdict(gap.points)}."]
-    t = gap.trend
-    if t.status == "ok":
-        direction = ("shrinks" if t.hi < 0 else "grows" if t.lo > 0 else "shows no significant trend")
-        out.append(f"Per decade of {x} this gap changes by {_ci(t.slope, t.lo, t.hi, f'{t.n_points} sizes')} "
-                   f"nats/token: it {direction}.")
-    else:
-        out.append(f"No trend reported ({t.status}: {t.reason}).")
-    if gap.multipliers:
-        m = max((m for m in gap.multipliers if m.x <= max(p.x for p in gap.points)), key=lambda m: m.x, default=None)
-        if m is not None:
-            out.append(f"Multiplier k at {x}={num(m.x)}: {num(m.k, 3)} [{num(m.lo, 3)}, {num(m.hi, 3)}] times AR's {x} "
-                       f"to reach AR's loss (never reached in {m.unreached:.0%} of resamples).")
-    else:
-        out.append(f"No multiplier k(x): {gap.multiplier_reason}.")
-    return out
+    return (f"{name(gap.family, gap.variant)} {gap.metric} − AR nll_l2r (nats/token): {sizes}. {verdict(gap.points)}. "
+            f"Trend: {_trend(gap, x)}. Multiplier k(x): {_multiplier(gap, x)}.")
 
 
-def ensemble_sentences(study) -> list[str]:
+def ensemble_sentence(study) -> str:
     """The gain NLL(M_min) − NLL(M_max) at the largest size, and its trend."""
+    who = name(study.family, study.variant)
     if not study.gains:
-        return [f"{study.family}/{study.variant}: no ensemble gain (fewer than two M per size)."]
+        return f"{who}: no ensemble gain (fewer than two M per size)."
     g = max(study.gains, key=lambda g: g.x)
-    out = [f"Ensemble gain of {study.family}/{study.variant} at {g.size}: NLL(M={g.m_min}) − NLL(M={g.m_max}) = "
-           f"{_ci(g.gain.mean, g.gain.lo, g.gain.hi, g.gain.n)} nats/token."]
     t = study.gain_trend
-    if t.status == "ok":
-        out.append(f"Gain trend {_ci(t.slope, t.lo, t.hi, f'{t.n_points} sizes')} nats per decade of size.")
-    return out
+    trend = (f" Gain trend {_ci(t.slope, t.lo, t.hi, f'{t.n_points} sizes')} nats per decade of size."
+             if t.status == "ok" else "")
+    return (f"Ensemble gain of {who} at {g.size}: NLL(M={g.m_min}) − NLL(M={g.m_max}) = "
+            f"{_ci(g.gain.mean, g.gain.lo, g.gain.hi, g.gain.n)} nats/token.{trend}")
 
 
 def plateau_runs(final: pl.DataFrame) -> tuple[list[str], int]:
@@ -135,7 +151,8 @@ def fit_warnings(fits) -> list[str]:
                          ("not_identifiable", "are not identifiable")):
         hit = [f for f in fits if f.status == status]
         if hit:
-            names = [f"{f.labels['family']} {f.labels['metric']}/{f.labels['dataset']}" for f in hit]
+            names = [f"{f.labels['family']} {f.labels['metric']}" + (f" M={f.labels['m']}" if f.labels.get("m") else "")
+                     + f"/{f.labels['dataset']}" for f in hit]
             out.append(f"{len(hit)} of {len(fits)} power-law fits {what}: {_listing(names)}.")
     return out
 
@@ -165,13 +182,12 @@ def build_summary(a) -> Summary:
     answer = []
     gaps = sorted((g for g in a.gaps if (g.dataset, g.split) == (dataset, split)),
                   key=lambda g: (g.metric != "nll_l2r", g.family, g.variant, g.metric))
-    for g in gaps:
-        answer += gap_sentences(g, a.x)
+    answer += [gap_sentence(g, a.x) for g in gaps]
     if not gaps:
         answer.append("No gap to AR: " + ("; ".join(a.gap_notes) or f"no comparable runs on {dataset}/{split}") + ".")
     for s in a.ensembles:
         if (s.dataset, s.split) == (dataset, split):
-            answer += ensemble_sentences(s)
+            answer.append(ensemble_sentence(s))
     plateau, n_checked = plateau_runs(final)
     warnings = []
     if plateau:
