@@ -57,6 +57,7 @@ class Analysis:
     plateau: pl.DataFrame | None = None  # per run and dataset: margin below nll_unigram, flag
     ema: pl.DataFrame | None = None  # EMA - raw per family/size, paired by seed
     matched: tuple = ()  # Δ at matched family parameters (gap.MatchedPoint)
+    final: pl.DataFrame | None = None  # the compared records everything above was computed from
 
 
 def _fitted(final: pl.DataFrame, x: str, bootstrap: int, seed: int, flags: dict) -> tuple[list, list]:
@@ -104,7 +105,7 @@ def analyse(inputs: Inputs, *, bootstrap: int = DEFAULT_BOOTSTRAP, x: str = "n_p
                     ablations.variant_table(final), ablations.option_tables(final, inputs.options),
                     ablations.factorial_table(final), weights, plateau,
                     fairness.ema_effect(fairness.compared_only(inputs.records)[0]),
-                    _matched(final, bootstrap, seed, flags))
+                    _matched(final, bootstrap, seed, flags), final)
 
 
 def fits_json(a: Analysis) -> str:
@@ -176,6 +177,7 @@ def report_blocks(a: Analysis, figure_blocks: list) -> list:
     return (intro + sections.fits_section(list(a.fits), a.x, a.bootstrap)
             + sections.gap_section(list(a.gaps), list(a.gap_notes), a.x, X_MEANING[a.x])
             + sections.matched_section(a.matched, X_MEANING[a.x]) + sections.ema_section(a.ema)
+            + sections.generation_section(a.final)
             + sections.ensemble_section(list(a.ensembles)) + sections.ablation_section(a.variants, a.options, a.factorial)
             + [sections.h("Figures")] + figure_blocks)
 

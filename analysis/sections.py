@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from analysis.ablations import option_title
+from analysis.ablations import option_title, seed_table
 from analysis.fits import CurveFit
 from analysis.report import Block, interval, num
 
@@ -180,3 +180,31 @@ def matched_section(points: tuple, x_meaning: str) -> list[Block]:
               "parameters are charged to the family. Intervals: bootstrap over the family's seeds and AR's fit."),
             table(["family", "variant", "metric", "data", "size", "n_params_family", "Δ [95% CI] (n)", "status",
                    "reason"], rows)]
+
+
+def generation_section(final: pl.DataFrame) -> list[Block]:
+    """gen_ppl under the judge beside the samples' unigram entropy, per family, size and sampler."""
+    rows = final.filter(pl.col("metric").is_in(["gen_ppl", "gen_entropy"]))
+    if rows.is_empty():
+        return []
+    keys = ["family", "variant", "size", "estimator", "steps"]
+    ppl = seed_table_of(rows.filter(pl.col("metric") == "gen_ppl"), keys)
+    ent = seed_table_of(rows.filter(pl.col("metric") == "gen_entropy"), keys)
+    judges = ", ".join(sorted(str(j) for j in rows["evaluator"].drop_nulls().unique())) if "evaluator" in rows.columns else ""
+    joined = ent.join(ppl, on=keys, how="left", suffix="_ppl").sort(keys)
+    body = [[str(r[k]) for k in keys] + [interval(r["mean_ppl"], r["lo_ppl"], r["hi_ppl"], r["n_ppl"])
+                                         if r["mean_ppl"] is not None else "not judged",
+                                         interval(r["mean"], r["lo"], r["hi"], r["n"])]
+            for r in joined.iter_rows(named=True)]
+    return [h("Generation (judged from outside the comparison)"),
+            p(f"gen_ppl: perplexity of the samples under the judge run ({judges or 'none'}), which is not one of "
+              "the compared runs; gen_entropy: the samples' unigram entropy in nats per token (low entropy = "
+              "repetitive text, which flatters gen_ppl). Intervals over seeds."),
+            table([*keys, "gen_ppl [95% CI] (n seeds)", "gen_entropy [95% CI] (n seeds)"], body)]
+
+
+def seed_table_of(rows: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Seed summaries of `rows` by `keys` (see ablations.seed_table)."""
+    return seed_table(rows, keys) if not rows.is_empty() else pl.DataFrame(
+        schema={**{k: rows.schema[k] for k in keys}, "mean": pl.Float64, "std": pl.Float64, "n": pl.UInt32,
+                "se": pl.Float64, "lo": pl.Float64, "hi": pl.Float64})

@@ -73,3 +73,15 @@ def test_families_are_compared_on_one_kind_of_weights_and_the_ema_effect_is_pair
     # one run without EMA weights: everyone is compared on raw weights
     partial = pl.concat([raw, ema.filter(pl.col("run_id") != ema["run_id"][0])])
     assert fairness.choose_weights(partial)[1] == "raw"
+
+
+def test_the_report_shows_gen_ppl_beside_entropy_and_names_the_judge():
+    from analysis import sections
+
+    rows = [dict(family="aogpt", variant="v", size="1M", estimator="aogpt_kv_linear", steps=8, seed=seed,
+                 metric=metric, value=value + seed, evaluator="judge1")
+            for seed in (0, 1) for metric, value in (("gen_ppl", 30.0), ("gen_entropy", 4.0))]
+    blocks = sections.generation_section(pl.DataFrame(rows))
+    assert "judge1" in blocks[1].text
+    ((*keys, ppl, entropy),) = blocks[2].rows
+    assert ppl.startswith("30.5 [") and ppl.endswith("(n=2)") and entropy.startswith("4.5 [")
