@@ -13,12 +13,9 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from analysis.cells import latest
+from analysis.fairness import BASELINE_METRIC, PLATEAU_MARGIN_NATS
 from analysis.report import Block, num
 
-UNIGRAM_METRIC = "nll_unigram"  # issue 13: unigram cross-entropy of the training split per dataset
-PLATEAU_MARGIN = 0.1  # nats/token a run must sit below its unigram baseline (issue 13)
-PLATEAU_METRICS = ("nll_l2r", "nll_anyorder")
 LISTED = 4  # names listed in one warning before "and N more"
 
 
@@ -90,6 +87,8 @@ def verdict(points) -> str:
 
 def _trend(gap, x: str) -> str:
     t = gap.trend
+    if t.status == "plateau":
+        return "none (a run on the unigram plateau)"
     if t.status != "ok":
         return f"none ({t.status}: {t.reason})"
     direction = "shrinks" if t.hi < 0 else "grows" if t.lo > 0 else "shows no significant trend"
@@ -100,7 +99,8 @@ def _multiplier(gap, x: str) -> str:
     largest = max(p.x for p in gap.points)
     m = max((m for m in gap.multipliers if m.x <= largest), key=lambda m: m.x, default=None)
     if m is None:
-        return f"none ({gap.multiplier_reason or 'no measured size'})"
+        why = gap.multiplier_reason or "no measured size"
+        return "none (a run on the unigram plateau)" if "plateau" in why else f"none ({why})"
     return (f"k at {x}={num(m.x)}: {num(m.k, 3)} [{num(m.lo, 3)}, {num(m.hi, 3)}] times AR's {x} to reach "
             f"AR's loss (never reached in {m.unreached:.0%} of resamples)")
 
@@ -126,22 +126,19 @@ def ensemble_sentence(study) -> str:
             f"{_ci(g.gain.mean, g.gain.lo, g.gain.hi, g.gain.n)} nats/token.{trend}")
 
 
-def plateau_runs(final: pl.DataFrame) -> tuple[list[str], int]:
-    """Runs with an nll_l2r or nll_anyorder that is not PLATEAU_MARGIN below the unigram baseline of
-    the same dataset/split ('family size seed s (metric value, ... vs unigram u on dataset)'), and
-    the number of runs that have a baseline (0: nothing could be checked)."""
-    base = final.filter(pl.col("metric") == UNIGRAM_METRIC)
-    keys = ["run_id", "dataset", "split"]
-    joined = (final.filter(pl.col("metric").is_in(PLATEAU_METRICS) & pl.col("m").is_null())
-              .join(base.select(*keys, pl.col("value").alias("unigram")), on=keys))
-    high = (joined.filter(pl.col("value") > pl.col("unigram") - PLATEAU_MARGIN)
-            .sort(["family", "size", "seed", "dataset", "metric"])
-            .group_by(["family", "size", "seed", "run_id", "dataset", "unigram"], maintain_order=True)
+def plateau_runs(plateau: pl.DataFrame | None) -> tuple[list[str], int]:
+    """From `fairness.plateau_table`: the runs with a metric less than PLATEAU_MARGIN_NATS below the
+    unigram baseline ('family size seed s (metric value, ... vs unigram u on dataset)'), and the
+    number of runs that have a baseline (0: nothing could be checked)."""
+    if plateau is None or plateau.is_empty():
+        return [], 0
+    high = (plateau.filter(pl.col("plateau"))
+            .group_by(["family", "variant", "size", "seed", "run_id", "dataset", "baseline"], maintain_order=True)
             .agg(pl.col("metric"), pl.col("value")))
-    named = [f"{r['family']} {r['size']} seed {r['seed']} ("
+    named = [f"{name(r['family'], r['variant'])} {r['size']} seed {r['seed']} ("
              + ", ".join(f"{m} {num(v)}" for m, v in zip(r["metric"], r["value"]))
-             + f" vs unigram {num(r['unigram'])} on {r['dataset']})" for r in high.iter_rows(named=True)]
-    return named, joined["run_id"].n_unique()
+             + f" vs unigram {num(r['baseline'])} on {r['dataset']})" for r in high.iter_rows(named=True)]
+    return named, plateau["run_id"].n_unique()
 
 
 def fit_warnings(fits) -> list[str]:
@@ -177,7 +174,7 @@ def set_warnings(final: pl.DataFrame, primary: tuple[str, str]) -> list[str]:
 
 def build_summary(a) -> Summary:
     """The summary of an `analysis.fit_curves.Analysis`."""
-    final, _ = latest(a.inputs.records)
+    final = a.final
     dataset, split = primary_set(final)
     answer = []
     gaps = sorted((g for g in a.gaps if (g.dataset, g.split) == (dataset, split)),
@@ -188,17 +185,17 @@ def build_summary(a) -> Summary:
     for s in a.ensembles:
         if (s.dataset, s.split) == (dataset, split):
             answer.append(ensemble_sentence(s))
-    plateau, n_checked = plateau_runs(final)
+    plateau, n_checked = plateau_runs(a.plateau)
     warnings = []
     if plateau:
-        warnings.append(f"{len(plateau)} of {n_checked} runs are on the unigram plateau (less than {PLATEAU_MARGIN} "
+        warnings.append(f"{len(plateau)} of {n_checked} runs are on the unigram plateau (less than {PLATEAU_MARGIN_NATS} "
                         f"nats/token below it): {_listing(plateau)}. Gaps involving them say nothing about the families.")
     elif not n_checked:
-        warnings.append(f"No {UNIGRAM_METRIC} records: whether runs left the unigram plateau is unchecked.")
+        warnings.append(f"No {BASELINE_METRIC} records: whether runs left the unigram plateau is unchecked.")
     warnings += fit_warnings(a.fits) + seed_warnings(a.cells) + set_warnings(final, (dataset, split))
     if a.inputs.missing_runs:
         warnings.append(f"{len(a.inputs.missing_runs)} run(s) have no eval.parquet: {_listing(list(a.inputs.missing_runs))}.")
-    warnings += [f"{n}." for n in a.notes if not n.startswith("run without eval.parquet")]
+    warnings += [f"{n}." for n in a.notes if not n.startswith(("run without eval.parquet", "no nll_unigram records"))]
     return Summary(dataset, split, tuple(answer), tuple(warnings))
 
 
