@@ -34,6 +34,11 @@ def _errorbar(ax, xs, values, label, **kw):
     return ax.errorbar(xs, mean, yerr=np.nan_to_num(err), fmt="o", capsize=3, label=label, **kw)
 
 
+def _who(family: str, variant: str) -> str:
+    """Legend label: family/variant, or the family alone when the variant has no label."""
+    return f"{family}/{variant}" if variant else family
+
+
 def _band(ax, xs, lo, hi, color) -> None:
     lo, hi = np.asarray(lo, float), np.asarray(hi, float)
     ok = np.isfinite(lo) & np.isfinite(hi)
@@ -62,7 +67,7 @@ def loss_vs_size(cells: list[Cell], fits: dict[tuple, CurveFit], title: str, x: 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for cell in cells:
         xs = np.array([p.x for p in cell.points])
-        bar = _errorbar(ax, xs, [p.array for p in cell.points], f"{cell.key[0]}/{cell.key[1]}")
+        bar = _errorbar(ax, xs, [p.array for p in cell.points], _who(*cell.key[:2]))
         fit = fits.get(cell.key)
         if fit is not None and fit.curve() is not None:
             _fit_band(ax, fit, np.geomspace(xs.min(), xs.max() * 10, 100), bar[0].get_color())
@@ -75,7 +80,7 @@ def loss_vs_flops(cells: list[Cell], title: str) -> bytes:
     """Seed means vs training FLOPs with 95 % t-interval bands, one line per family/variant."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for cell in cells:
-        _seed_band(ax, [p.x for p in cell.points], [p.array for p in cell.points], f"{cell.key[0]}/{cell.key[1]}")
+        _seed_band(ax, [p.x for p in cell.points], [p.array for p in cell.points], _who(*cell.key[:2]))
     ax.set(xscale="log", yscale="log", xlabel="training FLOPs", ylabel="value", title=title)
     ax.legend(fontsize=7)
     return _png(fig)
@@ -87,7 +92,7 @@ def gap_vs_size(gaps: list, title: str, x: str) -> bytes:
     for gap in gaps:
         pts = gap.points
         line = ax.plot([p.x for p in pts], [p.delta.mean for p in pts], "o-", ms=4, lw=1,
-                       label=f"{gap.family}/{gap.variant} {gap.metric}")[0]
+                       label=f"{_who(gap.family, gap.variant)} {gap.metric}")[0]
         _band(ax, [p.x for p in pts], [p.delta.lo for p in pts], [p.delta.hi for p in pts], line.get_color())
     ax.axhline(0, color="grey", lw=0.8)
     ax.set(xscale="log", xlabel=x, ylabel="Δ nats/token vs AR nll_l2r", title=title)
@@ -106,7 +111,7 @@ def nll_vs_m(study) -> bytes:
             grid = np.geomspace(ms.min(), ms.max(), 50)
             ax.plot(grid, curve.predict(grid), "--", color=line.get_color(), lw=1)
     ax.set(xscale="log", xlabel="ensemble size M", ylabel="nll_ensemble",
-           title=f"{study.family}/{study.variant} {study.dataset}/{study.split}")
+           title=f"{_who(study.family, study.variant)} {study.dataset}/{study.split}")
     ax.legend(fontsize=7, title="model size")
     return _png(fig)
 
