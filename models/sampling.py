@@ -164,7 +164,7 @@ def generate_ar(model, batch: int, length: int, sampling: Sampling = Sampling(),
     x = model.start_slot(batch)
     out = Generation(torch.empty(batch, length, dtype=torch.long, device=x.device), counts=[1] * length,
                      steps=length)
-    with model.decode_layout():
+    with model.decoding():
         for i in range(length):
             h = model.core(x, attn_mask=causal_mask(x.shape[1], cache.length, x.device), cache=cache)
             cache.commit(x.shape[1])
@@ -247,7 +247,7 @@ def generate_aogpt(model, batch: int, length: int, steps: int | None = None, sch
     cache = KVCache(model.shape.n_layer) if use_cache else None
     tables = model.modulation_tables()  # adaLN rows of every target position, once per decode
     starts = [0, *itertools.accumulate(counts)][:-1]  # tokens decoded before each step
-    with model.decode_layout():
+    with model.decoding():
         for j, k in zip(starts, counts):
             if k == 0:
                 continue
