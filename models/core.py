@@ -13,8 +13,10 @@ both paths.
 from __future__ import annotations
 
 import math
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -158,9 +160,10 @@ class Block(nn.Module):
 class Transformer(nn.Module):
     """Block stack and final norm; families add embeddings, conditioning and the head.
 
-    A forward pass runs the eager modules below unless the kernel backend (`models.kernels.
-    backend()`, chosen in that one place) declares that it covers the pass: then it runs the
-    whole pass, or inside `decoding()` the whole KV-cached step, with the same maths."""
+    A forward pass runs the modules below (through torch.compile after `compile_stack()`)
+    unless the kernel backend (`models.kernels.backend()`, chosen in that one place) declares
+    that it covers the pass: then it runs the whole pass, or inside `decoding()` the whole
+    KV-cached step, with the same maths. A compiled core leaves uncached passes to the compiler."""
 
     def __init__(self, cfg: CoreConfig):
         super().__init__()
@@ -190,10 +193,11 @@ class Transformer(nn.Module):
         finally:
             self._decoder = None
 
-    def compile_stack(self, compiler=torch.compile) -> None:
-        """Run the block stack of uncached passes (training, evaluation) through `compiler`;
-        KV-cached decoding stays eager (its shapes change every step)."""
-        self._compiled = compiler(self._stack)
+    def compile_stack(self, compiler: Callable = torch.compile) -> None:
+        """Run the block stack of uncached passes (training, evaluation) through `compiler`
+        (torch.compile); KV-cached decoding stays eager (its shapes change every step). Should a
+        compiled call fail, a warning says so and the eager stack runs from then on."""
+        self._compiled = _CompiledOrEager(self._stack, compiler)
 
     def forward(self, x, *, cond=None, cond_index=None, tables=None, adds=None, attn_mask=None,
                 is_causal=False, cache=None):
@@ -211,13 +215,13 @@ class Transformer(nn.Module):
                 cond, cond_index = cond[cond_index], None  # few tokens: project per token
             tables = self.modulation_tables(cond)
             step.update(tables=tables, index=cond_index)
-        backend = kernels.backend()
-        if cache is None and backend is not None and backend.covers(self, x, **step):
+        compiled = cache is None and self._compiled is not None and self._compiled.active
+        backend = None if cache is not None or compiled else kernels.backend()
+        if backend is not None and backend.covers(self, x, **step):
             return backend.forward(self, x, **step)
         rows = None if tables is None else [r for table in tables for r in modulation_rows(table, cond_index)]
-        if cache is None and self._compiled is not None:
-            return self._compiled(x, rows, adds, attn_mask, is_causal)
-        return self._stack(x, rows, adds, attn_mask, is_causal, cache)
+        stack = self._compiled if compiled else self._stack
+        return stack(x, rows, adds, attn_mask, is_causal, cache)
 
     def _stack(self, x, rows, adds, attn_mask, is_causal, cache=None):
         """The eager pass: every block, then the final norm (rows: 6 per block, then 2)."""
@@ -229,6 +233,30 @@ class Transformer(nn.Module):
             return self.norm(x)
         shift, scale = rows[-2:]
         return mul_add(shift, self.norm(x), scale)
+
+
+class _CompiledOrEager:
+    """`fn` through `compiler`, falling back to `fn` itself for good after a compiled call raises
+    (a missing C compiler, an unsupported operator): the eager call then runs the same inputs,
+    so a genuine error in them is still raised."""
+
+    def __init__(self, fn: Callable, compiler: Callable):
+        self.fn, self.compiled = fn, compiler(fn)
+
+    def __call__(self, *args):
+        if self.compiled is not None:
+            try:
+                return self.compiled(*args)
+            except Exception as error:  # noqa: BLE001 - any compiler failure; the eager call re-raises real ones
+                self.compiled = None
+                warnings.warn(f"aoscale: torch.compile failed ({type(error).__name__}: {str(error).strip()[:200]}); "
+                              "running the eager core (same maths, slower)", RuntimeWarning, stacklevel=2)
+        return self.fn(*args)
+
+    @property
+    def active(self) -> bool:
+        """Whether calls still go through the compiler."""
+        return self.compiled is not None
 
 
 def column_major(weight: torch.Tensor) -> torch.Tensor:

@@ -127,9 +127,10 @@ def bernoulli_counts(length: int, steps: int, generator=None) -> list[int]:
     """Paper Lemma 5.1 with α_t = 1 - t on t_i = 1 - i/steps: k_i ~ Binomial(#masked, p_i),
     p_i = (α_{t_{i+1}} - α_{t_i}) / (1 - α_{t_i}) = 1 / (steps - i); the last step reveals the rest."""
     counts, left = [], length
+    device = "cpu" if generator is None else generator.device  # a generator draws on its own device
     for i in range(steps):
-        p = torch.tensor(1.0 / (steps - i), dtype=torch.float64)
-        k = int(torch.binomial(torch.tensor(float(left), dtype=torch.float64), p, generator=generator))
+        p = torch.tensor(1.0 / (steps - i), dtype=torch.float64, device=device)
+        k = int(torch.binomial(torch.tensor(float(left), dtype=torch.float64, device=device), p, generator=generator))
         counts.append(k)
         left -= k
     return counts
