@@ -5,8 +5,8 @@ Layout of one checkpoint, `run_dir/ckpt/step_XXXXXXXX/`:
 - `model.pt`: `{"model": full state dict, "ema": EMA state or None, "step": int}`: everything
   evaluation needs, never sharded (ZeRO-3 weights are gathered before saving), so `load_model`
   works without DeepSpeed;
-- engine state: `trainer.pt` (torch engine: optimizer, RNG states) or `ds/` plus
-  `rank_XXXX.pt` (DeepSpeed: its own `save_checkpoint` output and each rank's RNG states);
+- engine state: `optimizer.pt` (torch engine) or `ds/` (DeepSpeed's own `save_checkpoint`
+  output), and `rank_XXXX.pt` per rank (its RNG states, both engines);
 - `meta.json` (written last): step, engine and the sha256 of every other file.
 
 A checkpoint is built in `ckpt/.tmp_step_XXXXXXXX/`, each file fsynced, then renamed into place,

@@ -5,9 +5,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_gpu_check_tiny_prints_every_row_with_a_finite_value(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "AOSCALE_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
     out = subprocess.run([sys.executable, "bench/gpu_check.py", "--tiny"], cwd=REPO, env=env, capture_output=True,

@@ -46,6 +46,7 @@ def _loss_and_grads(model, tokens):
     return loss, torch.autograd.grad(loss, list(model.parameters()), allow_unused=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["aogpt", "mdm"])  # adaLN by position; by time, per sequence
 def test_a_compiled_core_gives_the_eager_losses_and_gradients(family):
     """Dynamo traces the stack (the `aot_eager` backend: no C++ build, so the test stays fast)."""
