@@ -128,7 +128,7 @@ def _address(t: torch.Tensor | None) -> int | None:
 
 def modulated_norm(x, index, scale, shift, weight=None, bias=None, eps=1e-5, center=True):
     """h = (norm(x)·weight + bias)·scale[index] + shift[index] for x [..., d], `index` (int64,
-    one per row of x, each in [0, P): the caller checks, see `Modulation`) into contiguous
+    one per row of x, each in [0, P): the caller checks, see `cpu_backend._flat_chunks`) into contiguous
     tables [P, d]; LayerNorm when `center`, else RMSNorm."""
     return _apply(x, None, index, None, scale, shift, weight, bias, eps, center)
 
