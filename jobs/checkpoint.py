@@ -5,8 +5,8 @@ Layout of one checkpoint, `run_dir/ckpt/step_XXXXXXXX/`:
 - `model.pt`: `{"model": full state dict, "ema": EMA state or None, "step": int}`: everything
   evaluation needs, never sharded (ZeRO-3 weights are gathered before saving), so `load_model`
   works without DeepSpeed;
-- engine state: `trainer.pt` (torch engine: optimizer, RNG states) or `ds/` plus
-  `rank_XXXX.pt` (DeepSpeed: its own `save_checkpoint` output and each rank's RNG states);
+- engine state: `optimizer.pt` (torch engine) or `ds/` (DeepSpeed's own `save_checkpoint`
+  output), and `rank_XXXX.pt` per rank (its RNG states, both engines);
 - `meta.json` (written last): step, engine and the sha256 of every other file.
 
 A checkpoint is built in `ckpt/.tmp_step_XXXXXXXX/`, each file fsynced, then renamed into place,
@@ -177,12 +177,14 @@ def _pick_weights(weights: str, spec: RunSpec) -> str:
 
 
 def load_model(run_dir: str | Path, weights: str = "auto",
-               warn: Callable[[str], None] | None = None
+               warn: Callable[[str], None] | None = None, device: str | torch.device = "cpu"
                ) -> tuple[torch.nn.Module, RunSpec, CheckpointInfo]:
     """Build the run's model from spec.json and load its newest valid checkpoint.
 
     `weights`: `auto` (EMA weights when the run used EMA, else raw), `ema` or `raw`. The model is
-    returned in eval mode on the CPU. Raises `FileNotFoundError` when no valid checkpoint exists.
+    returned in eval mode on `device`: `cpu` (default), a torch device, or `auto` for the run's
+    device rule (`jobs.device.pick_device`: this rank's GPU where CUDA exists). Raises
+    `FileNotFoundError` when no valid checkpoint exists.
     """
     spec = RunSpec.load(Path(run_dir) / SPEC_FILE)
     chosen = _pick_weights(weights, spec)
@@ -201,4 +203,8 @@ def load_model(run_dir: str | Path, weights: str = "auto",
         ema.apply_to(model)
     info = CheckpointInfo(path=path, step=int(state["step"]),
                           engine=read_meta(path)["engine"], weights=chosen)
-    return model.eval(), spec, info
+    if device == "auto":
+        from jobs.device import pick_device
+
+        device = pick_device()
+    return model.to(device).eval(), spec, info

@@ -19,22 +19,11 @@ import torch
 from torch import nn
 
 from jobs.checkpoint import MODEL_FILE, load_file, save_file
+from jobs.device import pick_device, use_bf16, use_compile
 from jobs.spec import RunSpec
 
 OPTIMIZER_FILE = "optimizer.pt"
 DS_DIR, DS_TAG = "ds", "state"
-
-
-def pick_device() -> torch.device:
-    """The GPU of this process's local rank when CUDA is available, else the CPU."""
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    return torch.device("cpu")
-
-
-def use_bf16(spec: RunSpec, device: torch.device) -> bool:
-    """`auto`: bf16 on GPU, fp32 on CPU; `fp32`/`bf16` as stated."""
-    return spec.precision == "bf16" or (spec.precision == "auto" and device.type == "cuda")
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -64,6 +53,8 @@ class TorchEngine:
         self.device = pick_device()
         self.model = model.to(self.device)
         self.bf16 = use_bf16(spec, self.device)
+        if use_compile(spec, self.device):
+            model.core.compile_stack()
         self.optimizer = make_optimizer(model, spec)
         self.grad_clip = spec.grad_clip
         self.n_micro_total = spec.batch_size // spec.micro_batch
@@ -178,7 +169,8 @@ def deepspeed_config(spec: RunSpec, world_size: int, bf16: bool) -> dict[str, An
 
 
 class DeepSpeedEngine:
-    """DeepSpeed ZeRO 1/2/3 with torch's AdamW (nothing to compile); gloo on CPU, NCCL on GPU.
+    """DeepSpeed ZeRO 1/2/3 with torch's AdamW (no DeepSpeed op builds); gloo on CPU, NCCL on GPU.
+    The run's `compile` setting applies under ZeRO-1/2; ZeRO-3 runs the eager core.
 
     Each rank takes its slice of every step's global batch (chunks rank*A .. rank*A + A - 1 of
     the step's batch_size/micro chunks, A = accumulation steps), so the data are the same as the
@@ -199,6 +191,8 @@ class DeepSpeedEngine:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         self.bf16, self.stage = use_bf16(spec, self.device), spec.zero_stage
+        if use_compile(spec, self.device) and self.stage < 3:  # ZeRO-3's gather hooks stay eager
+            model.core.compile_stack()
         config = deepspeed_config(spec, self.world_size, self.bf16)
         wrapper = _LossModule(model)
         self.optimizer = make_optimizer(model, spec)

@@ -15,6 +15,7 @@ rerun writes the same rows. CLI: `python -m jobs.evaluate --run-dir DIR [--suite
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
@@ -27,12 +28,12 @@ import polars as pl
 import torch
 
 from jobs.allocator import keep_freed_memory
+from jobs.device import Placement, placement
 from jobs.records import record, run_context, to_frame, write_records
 from jobs.suites import SUITES, Suite
 from models import likelihood as lk
 
 EVAL_SEED = 20240917  # any fixed number; recorded in every row as eval_seed
-EVAL_BATCH = 8  # sequences per forward pass
 LN2 = math.log(2.0)
 
 
@@ -50,6 +51,7 @@ class Settings:
     seq_len: int | None = None  # chunk length; defaults to the model's context
     data_dir: str | None = None
     require_zero_shot: bool = False  # the caller named the sets: a missing one is an error
+    place: Placement | None = None  # device, precision and batch (`jobs.device.placement` of the run)
 
 
 @dataclass(frozen=True)
@@ -120,13 +122,20 @@ def load_datasets(spec, settings: Settings, seq_len: int) -> list[Dataset]:
 
 
 # ---- metrics -----------------------------------------------------------------------------------
-def generator(seed: int, *names: str) -> torch.Generator:
-    """A generator seeded from the eval seed and a name, independent of what else runs."""
-    return torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32("/".join(names).encode()))
+def generator(seed: int, *names: str, device: torch.device | str = "cpu") -> torch.Generator:
+    """A generator on `device` seeded from the eval seed and a name, independent of what else runs."""
+    return torch.Generator(device).manual_seed(seed * 1_000_003 + zlib.crc32("/".join(names).encode()))
 
 
-def _batches(chunks: torch.Tensor) -> list[torch.Tensor]:
-    return [chunks[i:i + EVAL_BATCH] for i in range(0, len(chunks), EVAL_BATCH)]
+def _batches(chunks: torch.Tensor, settings: Settings) -> list[torch.Tensor]:
+    """Batches of the placement's size (8 without one), on its device."""
+    place = settings.place
+    size, device = (place.eval_batch, place.device) if place else (8, "cpu")
+    return [chunks[i:i + size].to(device) for i in range(0, len(chunks), size)]
+
+
+def _device(settings: Settings) -> torch.device | str:
+    return settings.place.device if settings.place else "cpu"
 
 
 def _row(ctx, ds: Dataset, metric: str, **fields) -> dict:
@@ -135,7 +144,7 @@ def _row(ctx, ds: Dataset, metric: str, **fields) -> dict:
 
 def l2r_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
     """nll_l2r (nats/token) and bpb_l2r (bits/byte), exact."""
-    nll = torch.cat([lk.l2r_nll(model, b) for b in _batches(ds.chunks)]).double()
+    nll = torch.cat([lk.l2r_nll(model, b) for b in _batches(ds.chunks, settings)]).double().cpu()
     n = len(ds.chunks)
     return [_row(ctx, ds, "nll_l2r", value=nll.mean(), unit="nats/token", n_samples=n, estimator="exact"),
             _row(ctx, ds, "bpb_l2r", value=nll.sum() / LN2 / ds.n_bytes, unit="bits/byte", n_samples=n,
@@ -150,8 +159,8 @@ def _mc_row(ctx, ds, metric, draws: torch.Tensor, estimator: str, **fields) -> d
 
 def anyorder_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
     """nll_anyorder over K uniform permutations per sequence."""
-    k, g = settings.suite.k_mc, generator(settings.seed, ds.name, "nll_anyorder")
-    draws = torch.cat([lk.anyorder_draws(model, b, k, g) for b in _batches(ds.chunks)])
+    k, g = settings.suite.k_mc, generator(settings.seed, ds.name, "nll_anyorder", device=_device(settings))
+    draws = torch.cat([lk.anyorder_draws(model, b, k, g) for b in _batches(ds.chunks, settings)])
     return [_mc_row(ctx, ds, "nll_anyorder", draws, "perm_mc", k_mc=k)]
 
 
@@ -166,8 +175,8 @@ def ensemble_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dic
     s = settings.suite
     chunks = ds.chunks[:s.ensemble_chunks]
     n_targets = min(s.n_targets, chunks.shape[1])
-    g = generator(settings.seed, ds.name, "nll_ensemble")
-    logp = torch.cat([lk.ensemble_logprobs(model, b, s.m_max, n_targets, g)[0] for b in _batches(chunks)])
+    g = generator(settings.seed, ds.name, "nll_ensemble", device=_device(settings))
+    logp = torch.cat([lk.ensemble_logprobs(model, b, s.m_max, n_targets, g)[0] for b in _batches(chunks, settings)])
     return [_mc_row(ctx, ds, "nll_ensemble", lk.ensemble_losses(logp, m), "ctx_ensemble", m=m,
                     n_targets=n_targets) for m in ensemble_sweep(s.m_max)]
 
@@ -183,8 +192,8 @@ def elbo_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
     kdce bound of its softmax-normalised logits; the `estimator` column says which)."""
     k, rows = settings.suite.k_mc, []
     for est in lk.elbo_estimators(model):
-        g = generator(settings.seed, ds.name, f"nll_elbo_{est}")
-        draws = torch.cat([lk.mdm_elbo_draws(model, b, k, est, g) for b in _batches(ds.chunks)])
+        g = generator(settings.seed, ds.name, f"nll_elbo_{est}", device=_device(settings))
+        draws = torch.cat([lk.mdm_elbo_draws(model, b, k, est, g) for b in _batches(ds.chunks, settings)])
         rows.append(_mc_row(ctx, ds, f"nll_elbo_{est}", draws, est, k_mc=k))
         if est == _default_estimator(model):
             rows.append(_mc_row(ctx, ds, "nll_anyorder", draws, est, k_mc=k))
@@ -220,7 +229,7 @@ def lambada_rows(model, spec, ctx: dict, settings: Settings) -> list[dict]:
         groups.setdefault((len(context), len(target)), []).append(context + target)
     hits = 0
     for (a, t), seqs in sorted(groups.items()):
-        for batch in _batches(torch.tensor(seqs)):
+        for batch in _batches(torch.tensor(seqs), settings):
             hits += int(lk.span_scores(model, batch, a, a + t)[1].all(1).sum())
     acc = hits / len(items)
     ds = Dataset("lambada", "test", torch.empty(0), 0, "OpenAI LAMBADA test; context truncated to the "
@@ -238,10 +247,10 @@ def infill_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]
     span = min(settings.suite.infill_span, L - 2)
     a = (L - span) // 2
     nll, em = [], []
-    for batch in _batches(ds.chunks):
+    for batch in _batches(ds.chunks, settings):
         n, hits = lk.span_scores(model, batch, a, a + span)
-        nll.append(n.double().mean(1))
-        em.append(hits.all(1).double())
+        nll.append(n.double().mean(1).cpu())
+        em.append(hits.all(1).double().cpu())
     nll, em = torch.cat(nll), torch.cat(em)
     context = INFILL_CONTEXT.get(model.family, "prefix_suffix")
     chunking = f"{ds.chunking}; span = tokens [{a}, {a + span}) of each chunk"
@@ -253,20 +262,25 @@ def infill_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]
 
 # ---- the job -----------------------------------------------------------------------------------
 def load_run(run_dir: str | Path, weights: str):
-    """(model, spec, info) of the run's newest valid checkpoint; InputError when there is none."""
+    """(model, spec, info) of the run's newest valid checkpoint, on the run's device with its
+    compile setting (`jobs.device.placement`); InputError when there is none."""
     from jobs.checkpoint import load_model
 
     run_dir = Path(run_dir)
     if not (run_dir / "spec.json").is_file():
         raise InputError(f"--run-dir: {run_dir} has no spec.json; pass a run directory")
     try:
-        loaded = load_model(run_dir, weights=weights)
+        model, spec, info = load_model(run_dir, weights=weights, device="auto")
     except FileNotFoundError as error:
         raise InputError(f"--run-dir: {error}") from None
     except ValueError as error:
         raise InputError(str(error)) from None
-    keep_freed_memory()  # the model is on the CPU, fed batches of the same shapes again and again
-    return loaded
+    place = placement(spec)
+    if place.compile:
+        model.core.compile_stack()
+    if place.device.type == "cpu":
+        keep_freed_memory()  # batches of the same shapes again and again: no page faults for them
+    return model, spec, info
 
 
 def _seq_len(model, settings: Settings) -> int:
@@ -294,6 +308,7 @@ def evaluate(run_dir: str | Path, suite: str = "quick", **overrides) -> pl.DataF
     settings = make_settings(suite, **overrides)
     rows: list[dict] = []
     model, spec, info = load_run(run_dir, "raw" if settings.weights == "auto" else settings.weights)
+    settings = replace(settings, place=placement(spec))
     L = _seq_len(model, settings)
     try:
         datasets = load_datasets(spec, settings, L)
@@ -303,7 +318,7 @@ def evaluate(run_dir: str | Path, suite: str = "quick", **overrides) -> pl.DataF
         if kind != info.weights:
             model, spec, info = load_run(run_dir, kind)
         ctx = {**run_context(spec, model.count_params(), model.flops_per_token(), info.step, info.weights),
-               "eval_seed": settings.seed}
+               "eval_seed": settings.seed, **settings.place.columns()}
         rows += compute_rows(model, spec, datasets, ctx, settings, Path(run_dir))
     rows += unigram_rows(spec, model.vocab_size, datasets, {**ctx, "weights": None})
     return write_records(run_dir, to_frame(rows), drop=("gen_ppl",) if settings.suite.generate else ())
@@ -324,7 +339,8 @@ def compute_rows(model, spec, datasets: list[Dataset], ctx: dict, settings: Sett
                  run_dir: Path) -> list[dict]:
     """Every metric of the suite, as record rows."""
     rows = []
-    with torch.no_grad():
+    autocast = settings.place.autocast() if settings.place else contextlib.nullcontext()
+    with torch.no_grad(), autocast:
         for ds in datasets:
             for metric in FAMILY_METRICS[model.family]:
                 rows += metric(model, ds, ctx, settings)

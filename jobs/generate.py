@@ -27,6 +27,7 @@ from pathlib import Path
 import polars as pl
 import torch
 
+from jobs.device import placement
 from jobs.records import record, run_context, to_frame, write_records
 from jobs.runfiles import atomic_write_bytes
 from models import likelihood as lk
@@ -136,7 +137,7 @@ def self_nll_rows(model, ctx, gs: GenSettings, length: int) -> list[dict]:
     """gen_self_nll per tokens-per-step k (decoders): joint NLL of k-parallel samples."""
     rows = []
     for k in gs.tokens_per_step:
-        g = torch.Generator().manual_seed(gs.seed + k)
+        g = torch.Generator(model.wte.weight.device).manual_seed(gs.seed + k)
         out = sm.generate_aogpt(model, gs.n_samples, length, math.ceil(length / k), "linear", gs.sampling, g)
         with torch.no_grad():
             value, se = _mean_se(model.nll(out.tokens, out.order).mean(1))
@@ -154,9 +155,11 @@ def generation_rows(model, spec, ctx: dict, run_dir: Path, seed: int = GEN_SEED,
     steps_list = (length,) if model.family == "ar" else gs.steps
     rows, samples = [], []
     for steps in steps_list:
-        g = torch.Generator().manual_seed(gs.seed * 1_000_003 + steps)
+        g = torch.Generator(model.wte.weight.device).manual_seed(gs.seed * 1_000_003 + steps)
         start = time.perf_counter()
-        out = SAMPLERS[model.family](model, gs, length, steps, g)
+        with placement(spec).autocast():
+            out = SAMPLERS[model.family](model, gs, length, steps, g)
+        _synchronize(model)
         elapsed = time.perf_counter() - start
         extra = dict(steps=out.steps, estimator=_method(model, gs))  # the steps run, not those asked for
         rows.append(_gen_record(ctx, "gen_time_s", elapsed, "s", gs.n_samples, **extra))
@@ -170,6 +173,12 @@ def generation_rows(model, spec, ctx: dict, run_dir: Path, seed: int = GEN_SEED,
     if model.family in ("aogpt", "sigma_gpt"):
         rows += self_nll_rows(model, ctx, gs, length)
     return rows, samples
+
+
+def _synchronize(model) -> None:
+    """Wait for the model's GPU (timings cover the work, not its launch)."""
+    if model.wte.weight.device.type == "cuda":
+        torch.cuda.synchronize(model.wte.weight.device)
 
 
 def _sample_rows(spec, tokens: torch.Tensor, extra: dict) -> list[dict]:
@@ -233,7 +242,7 @@ def generate(run_dir: str | Path, gs: GenSettings = GenSettings(), weights: str 
     if length > model.seq_len:
         raise InputError(f"--length: {length} exceeds the model's context {model.seq_len}")
     ctx = {**run_context(spec, model.count_params(), model.flops_per_token(), info.step, info.weights),
-           "eval_seed": gs.seed}
+           "eval_seed": gs.seed, **placement(spec).columns()}
     try:
         rows, samples = generation_rows(model, spec, ctx, run_dir, gs=gs, judge_run=judge_run)
     except ValueError as error:

@@ -18,6 +18,7 @@ from typing import Any
 ENGINES = ("torch", "deepspeed")
 ZERO_STAGES = (1, 2, 3)
 PRECISIONS = ("auto", "fp32", "bf16")
+COMPILE_SETTINGS = ("auto", "on", "off")  # torch.compile of the core: auto = on GPU only
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class RunSpec:
     # ---- not hashed: resources, cadence, bookkeeping ----
     engine: str = "torch"
     zero_stage: int = 2
+    compile: str = "auto"  # torch.compile of the core's block stack (COMPILE_SETTINGS)
     eval_every: int = 0  # 0 = only at the end
     checkpoint_every: int = 0  # 0 = only at the end
     keep_checkpoints: int = 2
@@ -117,7 +119,7 @@ class RunSpec:
 
 
 UNHASHED_FIELDS = (
-    "engine", "zero_stage", "eval_every", "checkpoint_every", "keep_checkpoints",
+    "engine", "zero_stage", "compile", "eval_every", "checkpoint_every", "keep_checkpoints",
     "log_every", "study", "variant", "tracking", "role", "judge",
 )
 ROLES = ("compared", "judge")

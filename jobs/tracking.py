@@ -143,7 +143,6 @@ class Progress:
 
     def __init__(self, run_id: str, total_steps: int, active: bool):
         self.run_id, self.total_steps, self.active = run_id, total_steps, active
-        self.started_s = time.perf_counter()
 
     def line(self, row: dict[str, Any]) -> None:
         if not self.active:

@@ -26,6 +26,7 @@ FLAG_FIELDS = {  # CLI flag -> RunSpec field
     "warmup": "warmup_steps", "seed": "seed", "corpus": "corpus", "tokenizer": "tokenizer",
     "engine": "engine", "zero_stage": "zero_stage", "checkpoint_every": "checkpoint_every",
     "ema": "ema", "eval_every": "eval_every", "log_every": "log_every", "precision": "precision",
+    "compile": "compile",
 }
 
 
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spec", help="a spec.json to train (flags given too override its fields)")
     for name in ("family", "size", "corpus", "tokenizer", "engine", "precision"):
         p.add_argument(f"--{name.replace('_', '-')}")
+    p.add_argument("--compile", help="torch.compile the core: auto (on GPU only) | on | off")
     for name in ("steps", "tokens", "batch_size", "micro_batch_size", "seq_len", "warmup", "seed",
                  "zero_stage", "checkpoint_every", "eval_every", "log_every"):
         p.add_argument(f"--{name.replace('_', '-')}", type=int)
