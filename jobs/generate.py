@@ -23,8 +23,13 @@ from pathlib import Path
 import polars as pl
 import torch
 
+from cli import InputError, Parser, float_arg, int_arg, parse, run_main
+from jobs.checkpoint import latest_valid, load_run
 from jobs.records import record, run_context, to_frame, write_records
+from jobs.preflight import check_eval_dir
 from jobs.runfiles import atomic_write_bytes
+from jobs.runlock import holding
+from jobs.spec import RunSpec
 from models import get_shape
 from models import likelihood as lk
 from models import sampling as sm
@@ -77,9 +82,6 @@ def _shape_params(size: str) -> int:
 
 def find_evaluator(run_dir: Path, spec, length: int) -> Path | None:
     """The largest AR run beside this one (same tokenizer, context >= length, a checkpoint)."""
-    from jobs.checkpoint import latest_valid
-    from jobs.spec import RunSpec
-
     best = None
     for path in sorted(run_dir.parent.glob("*/spec.json")):
         try:
@@ -95,12 +97,13 @@ def find_evaluator(run_dir: Path, spec, length: int) -> Path | None:
 
 def load_evaluator(run_dir: Path, spec, length: int, evaluator_run: str | Path | None):
     """(model, run id) of the evaluator, or (None, None) when the study has no AR run."""
-    from jobs.evaluate import load_run
-
     path = Path(evaluator_run) if evaluator_run else find_evaluator(run_dir, spec, length)
     if path is None:
         return None, None
     model, other, _ = load_run(path, "auto")
+    if other.family != "ar":
+        raise ValueError(f"--evaluator-run: {path} is a {other.family} run; pass an ar run (it scores samples "
+                         "left to right)")
     if other.tokenizer != spec.tokenizer or model.seq_len < length:
         raise ValueError(f"--evaluator-run: {path} must use tokenizer {spec.tokenizer!r} and a "
                          f"context of at least {length}")
@@ -178,8 +181,6 @@ def write_samples(run_dir: Path, samples: list[dict]) -> None:
 def generate(run_dir: str | Path, gs: GenSettings = GenSettings(), weights: str = "auto",
              evaluator_run: str | Path | None = None) -> pl.DataFrame:
     """Sample from the run, write samples.parquet, merge records into eval.parquet."""
-    from jobs.evaluate import InputError, load_run
-
     run_dir = Path(run_dir)
     model, spec, info = load_run(run_dir, weights)
     length = gs.length or model.seq_len
@@ -197,8 +198,6 @@ def generate(run_dir: str | Path, gs: GenSettings = GenSettings(), weights: str 
 
 # ---- CLI ---------------------------------------------------------------------------------------
 def _ints(text: str, name: str) -> tuple[int, ...]:
-    from jobs.evaluate import InputError
-
     try:
         values = tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
@@ -209,28 +208,25 @@ def _ints(text: str, name: str) -> tuple[int, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from jobs.evaluate import _Parser
-
-    p = _Parser(prog="python -m jobs.generate", description="Sample from a run and score the samples.")
+    """The `python -m jobs.generate` argument parser."""
+    p = Parser(prog="python -m jobs.generate", description="Sample from a run and score the samples.")
     p.add_argument("--run-dir", required=True)
-    p.add_argument("--n-samples", type=int, default=16)
-    p.add_argument("--length", type=int, help="tokens per sample (default: the model's context)")
+    p.add_argument("--n-samples", type=int_arg, default=16)
+    p.add_argument("--length", type=int_arg, help="tokens per sample (default: the model's context)")
     p.add_argument("--steps", default="64", help="comma-separated step counts T (decoders, MDMs)")
     p.add_argument("--schedule", default="linear", help="decoders: linear | cosine | bernoulli")
     p.add_argument("--sampler", help="MDM: ancestral | analytic | euler")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--temperature", type=float_arg, default=1.0)
+    p.add_argument("--top-p", type=float_arg, default=1.0)
     p.add_argument("--tokens-per-step", default="1,2,4,8", help="decoders: joint-vs-marginal sweep")
     p.add_argument("--evaluator-run", help="AR run directory that scores samples (default: largest AR)")
     p.add_argument("--weights", default="auto")
-    p.add_argument("--seed", type=int, default=GEN_SEED)
+    p.add_argument("--seed", type=int_arg, default=GEN_SEED)
     return p
 
 
 def settings_from_args(args) -> GenSettings:
     """Validated GenSettings from parsed CLI arguments (InputError naming the field)."""
-    from jobs.evaluate import InputError
-
     if args.n_samples < 1:
         raise InputError(f"--n-samples: must be a positive integer, got {args.n_samples}")
     if args.length is not None and args.length < 1:
@@ -248,15 +244,19 @@ def settings_from_args(args) -> GenSettings:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: exit 0 on success, 2 on bad input (one line on stderr, nothing written)."""
-    from jobs.evaluate import run_cli
+    args = parse(build_parser(), argv)
+    if isinstance(args, int):
+        return args
 
-    args = build_parser().parse_args(argv)
+    def body() -> int:
+        gs = settings_from_args(args)
+        check_eval_dir(Path(args.run_dir))
+        with holding(args.run_dir):
+            frame = generate(args.run_dir, gs, args.weights, args.evaluator_run)
+        print(f"wrote {SAMPLES_FILE} and {len(frame)} records to {args.run_dir}")
+        return 0
 
-    def action() -> str:
-        frame = generate(args.run_dir, settings_from_args(args), args.weights, args.evaluator_run)
-        return f"wrote {SAMPLES_FILE} and {len(frame)} records to {args.run_dir}"
-
-    return run_cli(action)
+    return run_main("error", body)
 
 
 if __name__ == "__main__":
