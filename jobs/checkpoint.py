@@ -80,9 +80,16 @@ def _files(root: Path) -> list[Path]:
 
 
 def save_file(obj: Any, path: Path) -> None:
-    """`torch.save` into a staging directory (fsynced at commit)."""
+    """`torch.save` into a staging directory (fsynced at commit). A failed write (a full disk)
+    raises its own OSError, not the archive writer's RuntimeError that hides it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(obj, path)
+    with open(path, "wb") as handle:
+        try:
+            torch.save(obj, handle)
+        except RuntimeError as error:
+            if isinstance(error.__context__, OSError):
+                raise error.__context__ from None
+            raise
 
 
 def step_of(path: Path) -> int:

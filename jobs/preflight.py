@@ -33,7 +33,7 @@ import torch
 from cli import InputError
 from jobs import data
 from jobs.run_checks import check_run_dir, validate
-from jobs.runfiles import SPEC_FILE
+from jobs.runfiles import SPEC_FILE, checkpoint_steps
 from jobs.spec import RunSpec
 from models import FAMILIES
 from models.families.base import resolve_options
@@ -253,6 +253,9 @@ def check_eval_dir(run_dir: Path) -> None:
         raise InputError(f"--run-dir: {run_dir} has no spec.json; pass a run directory made by jobs.train")
     if not os.access(run_dir, os.W_OK | os.X_OK):
         raise InputError(f"--run-dir: {run_dir} is not writable (records are written there); fix its permissions")
+    if not checkpoint_steps(run_dir):
+        raise InputError(f"--run-dir: {run_dir} holds no checkpoint; train the run first (python -m jobs.train "
+                         f"--run-dir {run_dir})")
 
 
 def check_run(run_dir: Path, spec: RunSpec, *, memory: bool = True) -> None:

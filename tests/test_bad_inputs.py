@@ -66,7 +66,7 @@ def ws(tmp_path_factory):
         mounts = _read_only_mounts(root) if IS_ROOT else []
         yield root, cache
         for mount in mounts:
-            subprocess.run(["umount", str(mount)], check=False)
+            subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def _populate(root: Path) -> None:
