@@ -13,7 +13,7 @@ same checks over every run of a study before the launcher writes the study:
 - the run directory can be written.
 
 Each failure is a `cli.InputError` naming the field or file and the fix. Nothing here writes:
-token counts come from tokenising a local corpus in memory, else from the token cache.
+token counts come from tokenising a small local corpus in memory, else from the token cache.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ EMA_BYTES_PER_PARAM = 4
 # Activation bytes per layer per token, fp32, no recomputation: 2 x (34 d + 5 h T) after
 # Korthikanti et al. (2022), "Reducing Activation Recomputation in Large Transformer Models", eq. 2.
 ACT_BYTES_PER_D, ACT_BYTES_PER_HT = 2 * 34, 2 * 5
-IN_MEMORY_CHARS = 64_000_000  # larger local corpora are counted from the cache only
+IN_MEMORY_BYTES = 16 << 20  # local corpora up to this size are tokenised in memory (seconds); larger: the cache
 HUB_TIMEOUT_S = 20.0  # one resolution of a Hugging Face name; offline names fail at once
 HUB_HOST = "huggingface.co"
 _FIELD_KINDS = {f.name: f.type for f in dataclasses.fields(RunSpec)}
@@ -207,21 +207,25 @@ def _cached_tokens(corpus: str, tokenizer: str, split: str) -> int | None:
     return cached.stat().st_size // itemsize
 
 
+def _local_bytes(corpus: str) -> int:
+    path = Path(corpus).expanduser()
+    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.suffix in data.LOCAL_SUFFIXES]
+    return sum(f.stat().st_size for f in files) if path.exists() else 0
+
+
 def split_tokens(corpus: str, tokenizer: str, split: str) -> int | None:
     """Tokens in one split, or None when they are not counted here: the built-in corpus (its
-    smallest split, 3 plays, holds ~4e5 bytes), a Hub corpus not yet cached, or a local corpus
-    too large to tokenise in memory and not cached (its size is checked when it is tokenised).
-    A local corpus is loaded (and so checked) before the cache is looked up."""
+    smallest split, 3 plays, holds ~4e5 bytes), a Hub or large local corpus not yet cached (their
+    size is checked when they are tokenised). A small local corpus is loaded through jobs.data
+    and tokenised in memory, so its files are checked before anything is looked up or written."""
     if corpus == "shakespeare":
         return None
-    if not data._is_local(corpus):
+    if not data._is_local(corpus) or _local_bytes(corpus) > IN_MEMORY_BYTES:
         return _cached_tokens(corpus, tokenizer, split)
     try:
         documents = data.load_documents(corpus, split)
     except (ValueError, KeyError, TypeError, OSError) as error:
         raise _local_corpus_error(corpus, error) from None
-    if sum(len(d) for d in documents) > IN_MEMORY_CHARS:
-        return _cached_tokens(corpus, tokenizer, split)
     return len(data.encode_joined(documents, data.get_encoding(tokenizer)))
 
 
