@@ -20,10 +20,11 @@ from .study import StudySpec
 
 # TOML keys of a study file and the types they take (lists are of strings).
 _TEXT_OR_LIST = ("families", "sizes")
-_TEXT = ("name", "preset", "tokenizer", "corpus")
+_TEXT = ("name", "preset", "tokenizer", "corpus", "network", "judge", "eval_suite")
 _TABLES = ("run", "resources")
 _INTEGERS = ("seeds", "seq_len", "tokens", "max_tokens", "max_steps", "batch_size", "warmup_tokens", "warmup_steps")
-_NUMBERS = ("tokens_per_param", "lr")
+_NUMBERS = ("tokens_per_param", "lr", "ema")
+_FLAG_NAMES = {"judge": "--judge-run"}  # flags whose name is not their destination's
 
 
 def check_flags(args: argparse.Namespace, keys: tuple[str, ...]) -> None:
@@ -31,7 +32,7 @@ def check_flags(args: argparse.Namespace, keys: tuple[str, ...]) -> None:
     for key in keys + ("spec", "study_dir"):
         value = getattr(args, key, None)
         if isinstance(value, str) and not value.strip(" ,"):
-            flag = "--" + key.replace("_", "-")
+            flag = _FLAG_NAMES.get(key, "--" + key.replace("_", "-"))
             raise InputError(f"{key.replace('_', '-')}: {flag} is empty; give a value or leave the flag out")
 
 
