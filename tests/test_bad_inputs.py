@@ -243,7 +243,7 @@ GEN_CASES = [
     G(["--schedule", "weird"], "--schedule"), G(["--sampler", "weird"], "--sampler"),
     G(["--temperature", "-1"], "--temperature"), G(["--top-p", "0"], "--top-p"), G(["--top-p", "1.5"], "--top-p"),
     G(["--tokens-per-step", "0"], "--tokens-per-step"), G(["--temperature", "nan"], "--temperature"),
-    G(["--evaluator-run", "ao"], "--evaluator-run", run_dir="ao"), G([], "--run-dir", run_dir="nowhere"),
+    G(["--evaluator-run", "ao"], "--judge-run", run_dir="ao"), G(["--judge-run", "ao"], "--judge-run", run_dir="ao"), G([], "--run-dir", run_dir="nowhere"),
     G(["--weights", "ema"], "weights"), G([], "--run-dir", run_dir="ar_corrupt"),
 ]
 LAUNCH_CASES = [
@@ -283,7 +283,8 @@ LAUNCH_CASES = [
     C("launch", [*LAUNCH, "--study-dir", ""], "study-dir"),
     C("launch", ["--sizes", "760M", "--seeds", "1", "--families", "ar", "--study-dir", "new_study"], "budget"),
     C("launch", [*LAUNCH, "--sizes", "1/40000/1", "--study-dir", "new_study"], "size"),
-    L(["--bogus"], "unrecognized"), L(["--slurm-partition", "gpu"], "slurm"),
+    L(["--network", "weird"], "network"), L(["--ema", "1.5"], "ema"), L(["--ema", "nan"], "--ema"),
+    L(["--judge-run", ""], "judge"), L(["--bogus"], "unrecognized"), L(["--slurm-partition", "gpu"], "slurm"),
 ]
 STATUS_CASES = [
     C("status", [], "study"), C("status", ["nowhere"], "study"), C("status", ["a_file"], "study"),
