@@ -6,16 +6,17 @@ report.md, a self-contained report.html and a copy of the study manifest into th
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
+import os
 import re
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
+
+from cli import Parser, int_arg, parse, run_main
 
 from analysis import ablations, fairness, figures, io, sections
 from analysis.cells import CELL_KEYS, build_cells, latest
@@ -241,31 +242,37 @@ def run(paths: list[str | Path], out_dir: str | Path | None = None, *, bootstrap
     return write_report(analyse(inputs, bootstrap=bootstrap, x=x, seed=seed), out)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2
-        print(f"fit_curves: {message}; see --help", file=sys.stderr)
-        raise SystemExit(2)
+def check_out(out: Path) -> None:
+    """Refuse (RecordsError) a report directory that is a file or cannot be written."""
+    existing = next((p for p in (out, *out.parents) if p.exists()), None)
+    if out.exists() and not out.is_dir():
+        raise RecordsError(f"--out: {out} is a file; pass a folder for the report")
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        raise RecordsError(f"--out: {existing} is not writable; pass a folder you can write to")
 
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the exit status (2 on bad input, nothing written)."""
-    parser = _Parser(prog="python -m analysis.fit_curves", description=__doc__.splitlines()[2])
+    parser = Parser(prog="python -m analysis.fit_curves", description=__doc__.splitlines()[2],
+                    error_prefix="fit_curves")
     parser.add_argument("paths", nargs="+", help="study directory and/or records files (.parquet, .ndjson)")
     parser.add_argument("--out", default=None, help="report directory (default <study>/report)")
-    parser.add_argument("--bootstrap", type=int, default=DEFAULT_BOOTSTRAP, help="bootstrap resamples")
+    parser.add_argument("--bootstrap", type=int_arg, default=DEFAULT_BOOTSTRAP, help="bootstrap resamples")
     parser.add_argument("--x", default="n_params", choices=X_AXES, help="x axis of the fits")
-    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    try:
-        out = run(args.paths, args.out, bootstrap=args.bootstrap, x=args.x, seed=args.seed)
-    except RecordsError as exc:
-        print(f"fit_curves: {exc}", file=sys.stderr)
-        return 2
-    print(out / "report.html")
-    return 0
+    parser.add_argument("--seed", type=int_arg, default=0, help="bootstrap seed (>= 0)")
+    args = parse(parser, argv)
+    if isinstance(args, int):
+        return args
+
+    def body() -> int:
+        if not 0 <= args.seed < 2**32:
+            raise RecordsError(f"--seed: {args.seed} must be in [0, 2**32); pass a non-negative seed")
+        out = Path(args.out) if args.out is not None else default_out([Path(p) for p in args.paths])
+        check_out(out)
+        print(run(args.paths, out, bootstrap=args.bootstrap, x=args.x, seed=args.seed) / "report.html")
+        return 0
+
+    return run_main("fit_curves", body)
 
 
 if __name__ == "__main__":

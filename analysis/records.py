@@ -13,6 +13,8 @@ from pathlib import Path
 
 import polars as pl
 
+from cli import InputError
+
 # column -> (kind, nullable); kinds: str, int, float (ints accepted and cast). CONTRACTS.md "Records".
 SCHEMA: dict[str, tuple[str, bool]] = {
     "study": ("str", False), "run_id": ("str", False), "family": ("str", False),
@@ -30,8 +32,7 @@ OPTION_PREFIX = "opt_"  # run options joined from spec.json: model_options keys 
 SPEC_SCALAR_OPTIONS = ("ema",)  # top-level spec.json fields that are ablation options
 
 
-class RecordsError(Exception):
-    """Bad input; the message is one line naming the column or path and the fix."""
+RecordsError = InputError  # the one input-error type of every CLI (cli.InputError), by its records name
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,8 @@ def validate(frame: pl.DataFrame, source: str) -> pl.DataFrame:
     for name in KEY_COLUMNS:
         if frame[name].null_count():
             raise RecordsError(f"{source}: column '{name}' has null values; every record needs a {name}")
+    if len(frame) and frame["n_params"].min() <= 0:
+        raise RecordsError(f"{source}: column 'n_params' has a value <= 0; parameter counts must be positive")
     casts = [pl.col(n).cast(CAST[k]) for n, (k, _) in SCHEMA.items()]
     return frame.with_columns(casts)
 
@@ -106,6 +109,8 @@ def load(paths: list[str | Path]) -> Inputs:
         else:
             raise RecordsError(f"{path}: no such file or directory; pass a study dir or records files")
     records = _concat(frames)
+    if records.is_empty():
+        raise RecordsError(f"{paths[0]}: the records hold 0 rows; evaluate runs or pass non-empty record files")
     return Inputs(records=records, study_dir=study_dir, sources=tuple(str(p) for p in paths),
                   options=_concat(options) if options else None,
                   curves=_concat(curves) if curves else None, missing_runs=tuple(missing))

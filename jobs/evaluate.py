@@ -27,9 +27,14 @@ from typing import Callable
 import polars as pl
 import torch
 
+from cli import InputError, Parser, int_arg, parse, run_main
+from jobs import checkpoint
 from jobs.allocator import keep_freed_memory
 from jobs.device import Placement, placement
+from jobs.generate import GenSettings, generation_rows, write_samples
+from jobs.preflight import check_eval_dir
 from jobs.records import record, run_context, to_frame, write_records
+from jobs.runlock import holding
 from jobs.suites import SUITES, Suite
 from models import likelihood as lk
 
@@ -37,8 +42,6 @@ EVAL_SEED = 20240917  # any fixed number; recorded in every row as eval_seed
 LN2 = math.log(2.0)
 
 
-class InputError(ValueError):
-    """Bad input: the message is one line naming the field and the fix."""
 
 
 @dataclass(frozen=True)
@@ -262,19 +265,10 @@ def infill_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]
 
 # ---- the job -----------------------------------------------------------------------------------
 def load_run(run_dir: str | Path, weights: str):
-    """(model, spec, info) of the run's newest valid checkpoint, on the run's device with its
-    compile setting (`jobs.device.placement`); InputError when there is none."""
-    from jobs.checkpoint import load_model
-
-    run_dir = Path(run_dir)
-    if not (run_dir / "spec.json").is_file():
-        raise InputError(f"--run-dir: {run_dir} has no spec.json; pass a run directory")
-    try:
-        model, spec, info = load_model(run_dir, weights=weights, device="auto")
-    except FileNotFoundError as error:
-        raise InputError(f"--run-dir: {error}") from None
-    except ValueError as error:
-        raise InputError(str(error)) from None
+    """(model, spec, info) of the run's newest checkpoint, on the run's device with its compile
+    setting (`jobs.device.placement`); InputError when there is none or a newer one is corrupt
+    (see jobs.checkpoint.load_run)."""
+    model, spec, info = checkpoint.load_run(run_dir, weights, device="auto")
     place = placement(spec)
     if place.compile:
         model.core.compile_stack()
@@ -349,8 +343,6 @@ def compute_rows(model, spec, datasets: list[Dataset], ctx: dict, settings: Sett
         if settings.suite.lambada and _data_dir(settings):
             rows += lambada_rows(model, spec, ctx, settings)
     if settings.suite.generate and ctx["weights"] == weight_kinds(spec, settings.weights)[0]:
-        from jobs.generate import GenSettings, generation_rows, write_samples
-
         gs = GenSettings(n_samples=settings.suite.gen_samples, seed=settings.seed)
         gen_rows, samples = generation_rows(model, spec, ctx, run_dir, gs=gs)
         write_samples(run_dir, samples)  # the judge scores them later if it is not trained yet
@@ -359,33 +351,31 @@ def compute_rows(model, spec, datasets: list[Dataset], ctx: dict, settings: Sett
 
 
 # ---- CLI ---------------------------------------------------------------------------------------
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2
-        print(f"error: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m jobs.evaluate", description="Evaluate one run's checkpoint.")
+    """The `python -m jobs.evaluate` argument parser."""
+    p = Parser(prog="python -m jobs.evaluate", description="Evaluate one run's checkpoint.")
     p.add_argument("--run-dir", required=True)
     p.add_argument("--suite", default="quick", help="quick | paper")
-    p.add_argument("--k-mc", type=int, help="MC draws per sequence (permutations / ELBO samples)")
-    p.add_argument("--m-max", type=int, help="largest ensemble size M (sweep 1, 2, 4, ..., M)")
-    p.add_argument("--n-targets", type=int, help="target slots scored per sequence when ensembling")
-    p.add_argument("--val-chunks", type=int, help="validation windows of the run's corpus")
-    p.add_argument("--gen-samples", type=int, help="samples per step count (suites that generate: paper)")
+    p.add_argument("--k-mc", type=int_arg, help="MC draws per sequence (permutations / ELBO samples)")
+    p.add_argument("--m-max", type=int_arg, help="largest ensemble size M (sweep 1, 2, 4, ..., M)")
+    p.add_argument("--n-targets", type=int_arg, help="target slots scored per sequence when ensembling")
+    p.add_argument("--val-chunks", type=int_arg, help="validation windows of the run's corpus")
+    p.add_argument("--gen-samples", type=int_arg, help="samples per step count (suites that generate: paper)")
     p.add_argument("--datasets", help="comma-separated zero-shot sets (wikitext2,ptb,lm1b,lambada,shakespeare)")
-    p.add_argument("--max-chunks", type=int, help="chunks per zero-shot set")
-    p.add_argument("--seq-len", type=int, help="chunk length (at most the model's context)")
+    p.add_argument("--max-chunks", type=int_arg, help="chunks per zero-shot set")
+    p.add_argument("--seq-len", type=int_arg, help="chunk length (at most the model's context)")
     p.add_argument("--weights", default="auto", help="auto | ema | raw")
     p.add_argument("--data-dir", help="folder laid out like the offline data kit (default $AOSCALE_DATA)")
-    p.add_argument("--seed", type=int, default=EVAL_SEED)
+    p.add_argument("--seed", type=int_arg, default=EVAL_SEED)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI: exit 0 on success, 2 on bad input (one line on stderr, nothing written)."""
-    args = build_parser().parse_args(argv)
+    """CLI: exit 0 on success, 2 on bad input (one line on stderr, nothing written), 75 when
+    another process holds the run (jobs.runlock)."""
+    args = parse(build_parser(), argv)
+    if isinstance(args, int):
+        return args
     overrides = dict(k_mc=args.k_mc, m_max=args.m_max, n_targets=args.n_targets, val_chunks=args.val_chunks,
                      gen_samples=args.gen_samples,
                      zero_shot_chunks=args.max_chunks, seq_len=args.seq_len, weights=args.weights,
@@ -393,24 +383,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.datasets is not None:
         overrides["zero_shot"] = tuple(n.strip() for n in args.datasets.split(",") if n.strip())
 
-    def action() -> str:
+    def body() -> int:
         if args.max_chunks is not None:
             _positive("max_chunks", args.max_chunks)
-        frame = evaluate(args.run_dir, args.suite, **overrides)
-        return f"wrote {len(frame)} records to {Path(args.run_dir) / 'eval.parquet'}"
+        if args.seed < 0:
+            raise InputError(f"--seed: {args.seed} must be >= 0")
+        make_settings(args.suite, **overrides)  # every flag checked before the lock is taken
+        check_eval_dir(Path(args.run_dir))
+        with holding(args.run_dir):
+            frame = evaluate(args.run_dir, args.suite, **overrides)
+        print(f"wrote {len(frame)} records to {Path(args.run_dir) / 'eval.parquet'}")
+        return 0
 
-    return run_cli(action)
-
-
-def run_cli(action: Callable[[], str]) -> int:
-    """Run a CLI action: print its message and return 0, or one error line and 2 on InputError."""
-    try:
-        message = action()
-    except InputError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(message)
-    return 0
+    return run_main("error", body)
 
 
 if __name__ == "__main__":

@@ -17,25 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cli import float_arg, int_arg
 from jobs.executors import Executor, Handle, get_executor
 
 from .study import StudyError
-
-
-def int_arg(text: str) -> int:
-    """argparse type: an integer, with a one-line error."""
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-
-
-def float_arg(text: str) -> float:
-    """argparse type: a number, with a one-line error."""
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
 
 
 @dataclass(frozen=True)

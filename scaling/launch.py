@@ -16,11 +16,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from cli import InputError, Parser, float_arg, int_arg, parse, run_main
 from jobs.executors import EXECUTORS, Executor, one_line
 from jobs.executors.local import visible_gpus
+from jobs.runlock import exclusive
 
-from . import ledger
-from .backends import BACKENDS, add_flags, check_foreign_flags, float_arg, int_arg
+from . import ledger, preflight
+from .backends import BACKENDS, add_flags, check_foreign_flags
 from .plan import format_plan, plan_rows, refusal, usable_cores
 from .scheduler import Scheduler, submit_runs, to_submit
 from .study import StudyError, StudySpec, build_study, load_toml
@@ -29,15 +31,9 @@ STUDIES_ROOT = Path("studies")
 DEFAULT_BOOTSTRAP = 200  # resamples for the report's intervals; enough for a 95 % percentile CI
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        print(f"launch: {message}; see --help", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def parser() -> argparse.ArgumentParser:
     """The launch CLI's flags; unset flags are None so presets and TOML files show through."""
-    p = _Parser(prog="python -m scaling.launch", description=__doc__.splitlines()[0])
+    p = Parser(prog="python -m scaling.launch", description=__doc__.splitlines()[0], error_prefix="launch")
     add = p.add_argument
     add("--preset", help="quickstart, paper, network, pe, ema, l2r-mix, orders, factorial")
     add("--spec", help="study TOML file; flags override it")
@@ -89,12 +85,18 @@ def study_from_args(args: argparse.Namespace, world_size: int = 1) -> StudySpec:
     engine = "deepspeed" if world_size > 1 else args.engine
     if engine is not None:
         flags["resources"] = {"engine": engine}
-    toml = load_toml(args.spec) if args.spec else None
+    toml = None
+    if args.spec:
+        preflight.check_spec_file(args.spec)
+        toml = load_toml(args.spec)
+        preflight.check_toml_types(toml)
     return build_study(flags, toml)
 
 
 def _check(args: argparse.Namespace) -> tuple[StudySpec, Path, Any]:
-    """Validate everything (study, study dir, backend options) before anything is written."""
+    """Validate everything (flags, study, every run, data, memory, study dir, backend options)
+    before anything is written; see scaling.preflight."""
+    preflight.check_flags(args, FLAG_KEYS)
     if args.backend not in EXECUTORS or args.backend not in BACKENDS:
         raise StudyError(f"backend: unknown backend {args.backend!r}; valid: {', '.join(BACKENDS)}")
     if args.max_retries < 0:
@@ -110,6 +112,7 @@ def _check(args: argparse.Namespace) -> tuple[StudySpec, Path, Any]:
         study = study_from_args(args, world_size)
     study_dir = Path(args.study_dir) if args.study_dir else STUDIES_ROOT / study.name
     ledger.check_study_dir(study_dir, study)
+    preflight.check_study(study, study_dir)
     return study, study_dir, options
 
 
@@ -181,23 +184,24 @@ def judge_pass(study_dir: Path, run_ids: list[str]) -> None:
 
 
 def write_report(study_dir: Path, bootstrap: int) -> Path:
-    """Fit the curves over the study and write `<study>/report/`."""
+    """Fit the curves over the study and write `<study>/report/`, one launcher at a time (under
+    the study's lock; a second launcher waits and then rewrites it from the same records)."""
     from analysis import fit_curves  # noqa: PLC0415 - imported only after training
 
-    return fit_curves.run([study_dir], study_dir / "report", bootstrap=bootstrap, x="n_params", seed=0)
+    with exclusive(study_dir / ledger.STUDY_LOCK):
+        return fit_curves.run([study_dir], study_dir / "report", bootstrap=bootstrap, x="n_params", seed=0)
 
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; exit status 2 on bad input with nothing written."""
-    try:
-        args = parser().parse_args(argv)
-    except SystemExit as exit_:  # --help or a parse error (already printed as one line)
-        return int(exit_.code or 0)
-    try:
-        study, study_dir, options = _check(args)
-    except StudyError as error:
-        print(f"launch: {error}", file=sys.stderr)
-        return 2
+    args = parse(parser(), argv)
+    if isinstance(args, int):  # --help or a parse error (already printed as one line)
+        return args
+    return run_main("launch", lambda: _main(args))
+
+
+def _main(args: argparse.Namespace) -> int:
+    study, study_dir, options = _check(args)
     rows = plan_rows(study)
     has_gpu = bool(visible_gpus())
     if args.dry_run:
@@ -205,8 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     why = None if (has_gpu or args.force or args.backend != "local") else refusal(study, rows, usable_cores())
     if why:
-        print(f"launch: {why}", file=sys.stderr)
-        return 2
+        raise InputError(why)
+    preflight.check_resources(study, memory=args.backend == "local" and not args.force)
     print(f"study {study.name}: {len(rows)} runs in {study_dir}", flush=True)
     return launch(args, study, study_dir, options)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from cli import InputError
 from jobs.data import canonical_corpus
 from jobs.spec import ENGINES, HASHED_FIELDS, RunSpec, ZERO_STAGES, canonical_json
 from models.ladder import core_params, get_shape, parse_sizes
@@ -39,8 +40,7 @@ SETTING_KEYS = ("name", "preset", "families", "arms", "sizes", "seeds", "tokeniz
 RESULT_KEYS = tuple(k for k in SETTING_KEYS if k not in ("name", "resources", "judge"))
 
 
-class StudyError(ValueError):
-    """Bad study input; the message is one line naming the field and the fix."""
+StudyError = InputError  # the one input-error type of every CLI (cli.InputError), by its study name
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from jobs import checkpoint as ckpt
 from jobs.runfiles import read_metrics, read_status
 from jobs.spec import RunSpec
 from jobs.train import lr_at, request_stop, train
-from jobs.train_cli import main
+from jobs.train import main
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -83,19 +83,21 @@ def test_two_concurrent_launches_train_every_run_exactly_once(tmp_path):
         assert view.attempts == 1 and len(starts(ledger.run_dir(study, run_id))) == 1, run_id
 
 
-def test_failed_runs_are_retried_then_left_failed_with_their_reason(tmp_path, capsys):
+def test_failed_runs_are_retried_then_left_failed_with_their_reason(tmp_path, capsys, monkeypatch):
     from scaling import launch
+    from tests.scaling.failing_pipeline import REASON
+    monkeypatch.setenv("AOSCALE_PIPELINE", "tests.scaling.failing_pipeline:run")  # read by the workers
     study = tmp_path / "study"
     argv = ["--study-dir", str(study), "--sizes", "0.1M", "--families", "ar", "--seeds", "1",
-            "--corpus", str(tmp_path / "missing.txt"), "--max-steps", "2", "--no-progress", "--no-report"]
+            "--max-steps", "2", "--no-progress", "--no-report"]
     assert launch.main(argv) == 1
     (view,) = views(study).values()
     assert (view.state, view.attempts, view.failures) == ("failed", 2, 2)
-    assert "missing.txt" in view.reason
+    assert REASON in view.reason
     assert launch.main(argv) == 1  # relaunch: retries are used up, nothing runs again
     (again,) = views(study).values()
     assert (again.attempts, again.failures) == (2, 2)
-    assert "missing.txt" in capsys.readouterr().out
+    assert REASON in capsys.readouterr().out
     assert status.main([str(study)]) == 1
     table = capsys.readouterr().out
     assert "failed" in table and "1 runs: 1 failed" in table
