@@ -95,7 +95,14 @@ def _positive(name: str, value) -> None:
 
 
 def make_settings(suite: str = "quick", **overrides) -> Settings:
-    """Suite `suite` with overrides (k_mc, m_max, n_targets, val_chunks, zero_shot, ...)."""
+    """Suite `suite` with overrides (k_mc, m_max, n_targets, val_chunks, zero_shot, ...).
+
+    `suite` may name its zero-shot sets, `SUITE:SET,SET`: they replace the suite's and are required."""
+    from jobs.datasets import parse_eval_suite
+
+    suite, named = parse_eval_suite(suite)
+    if named and overrides.get("zero_shot") is None:
+        overrides["zero_shot"] = named
     if suite not in SUITES:
         raise InputError(f"--suite: unknown suite {suite!r}; choose one of {list(SUITES)}")
     outer = {k: overrides.pop(k) for k in ("seed", "weights", "seq_len", "data_dir") if k in overrides}
@@ -116,7 +123,7 @@ def _validation(spec, enc, seq_len: int, n: int) -> Dataset:
     from jobs import data
     from jobs.datasets import token_byte_lengths
 
-    tokens = data.token_array(spec.corpus, spec.tokenizer, "validation")
+    tokens = data.token_array(spec.corpus, spec.tokenizer, "validation", spec.text_field)
     chunks = next(data.val_batches(tokens, n, seq_len, n_batches=1))
     n_bytes = int(token_byte_lengths(enc)[chunks.numpy()].sum())
     chunking = (f"first {len(chunks)} non-overlapping {seq_len}-token windows of the validation split "
@@ -128,18 +135,26 @@ def _data_dir(settings: Settings) -> str | None:
     return settings.data_dir or os.environ.get("AOSCALE_DATA") or None
 
 
-def load_datasets(spec, settings: Settings, seq_len: int) -> list[Dataset]:
-    """The run's validation split, then each zero-shot set (when a data folder is known)."""
+def load_datasets(spec, settings: Settings, seq_len: int,
+                  missing: list[str] | None = None) -> list[Dataset]:
+    """The run's validation split, then each zero-shot set (from the data folder or the Hub).
+
+    A set that cannot be had is an error when the caller named the sets; otherwise it is
+    appended to `missing` as "name: reason" (never skipped in silence)."""
     from jobs.data import get_encoding
     from jobs.datasets import load_eval_set
 
     enc = get_encoding(spec.tokenizer)
     out = [_validation(spec, enc, seq_len, settings.suite.val_chunks)]
-    data_dir = _data_dir(settings)
-    if data_dir is None and not settings.require_zero_shot:
-        return out  # no data folder: the suite's default zero-shot sets are skipped
     for name in settings.suite.zero_shot:
-        s = load_eval_set(name, enc, seq_len, data_dir=data_dir, max_chunks=settings.suite.zero_shot_chunks)
+        try:
+            s = load_eval_set(name, enc, seq_len, data_dir=_data_dir(settings),
+                              max_chunks=settings.suite.zero_shot_chunks)
+        except ValueError as error:
+            if settings.require_zero_shot or missing is None:
+                raise
+            missing.append(f"{name}: {str(error)[:300]}")
+            continue
         out.append(Dataset(s.name, s.split, s.chunks, s.n_bytes, s.chunking))
     return out
 
@@ -308,19 +323,33 @@ def evaluate(run_dir: str | Path, suite: str = "quick", **overrides) -> pl.DataF
     settings = make_settings(suite, **overrides)
     model, spec, info = load_run(run_dir, settings.weights)
     L = _seq_len(model, settings)
+    missing: list[str] = []
     try:
-        datasets = load_datasets(spec, settings, L)
+        datasets = load_datasets(spec, settings, L, missing)
     except ValueError as error:
         raise InputError(str(error)) from None
     ctx = {**run_context(spec, model.count_params(), model.flops_per_token(), info.step, info.weights),
            "eval_seed": settings.seed}
-    rows = compute_rows(model, spec, datasets, ctx, settings, Path(run_dir))
-    return write_records(run_dir, to_frame(rows))
+    rows = compute_rows(model, spec, datasets, ctx, settings, Path(run_dir), missing)
+    frame = write_records(run_dir, to_frame(rows))
+    _report_missing(Path(run_dir), missing)
+    return frame
+
+
+def _report_missing(run_dir: Path, missing: list[str]) -> None:
+    """Name every zero-shot set the suite wanted but could not have, in status.json and stderr."""
+    from jobs.runfiles import add_status_warning
+
+    for entry in missing:
+        message = f"eval: zero-shot set not evaluated: {entry}"
+        print(f"warning: {message}", file=sys.stderr, flush=True)
+        add_status_warning(run_dir, message)
 
 
 def compute_rows(model, spec, datasets: list[Dataset], ctx: dict, settings: Settings,
-                 run_dir: Path) -> list[dict]:
-    """Every metric of the suite, as record rows."""
+                 run_dir: Path, missing: list[str] | None = None) -> list[dict]:
+    """Every metric of the suite, as record rows (a LAMBADA that cannot be had goes to `missing`
+    unless the sets were named)."""
     rows = []
     with torch.no_grad():
         for ds in datasets:
@@ -328,8 +357,13 @@ def compute_rows(model, spec, datasets: list[Dataset], ctx: dict, settings: Sett
                 rows += metric(model, ds, ctx, settings)
         if settings.suite.infill_span:
             rows += infill_rows(model, datasets[-1 if len(datasets) == 1 else 1], ctx, settings)
-        if settings.suite.lambada and _data_dir(settings):
-            rows += lambada_rows(model, spec, ctx, settings)
+        if settings.suite.lambada:
+            try:
+                rows += lambada_rows(model, spec, ctx, settings)
+            except ValueError as error:
+                if settings.require_zero_shot or missing is None:
+                    raise
+                missing.append(f"lambada_acc: {str(error)[:300]}")
     if settings.suite.generate:
         from jobs.generate import GenSettings, generation_rows
 
@@ -348,7 +382,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m jobs.evaluate", description="Evaluate one run's checkpoint.")
     p.add_argument("--run-dir", required=True)
-    p.add_argument("--suite", default="quick", help="quick | paper")
+    p.add_argument("--suite", default="quick", help="quick | paper | SUITE:SET,SET (named sets required)")
     p.add_argument("--k-mc", type=int, help="MC draws per sequence (permutations / ELBO samples)")
     p.add_argument("--m-max", type=int, help="largest ensemble size M (sweep 1, 2, 4, ..., M)")
     p.add_argument("--n-targets", type=int, help="target slots scored per sequence when ensembling")

@@ -99,18 +99,19 @@ class Run:
 def _data(spec: RunSpec) -> tuple[Any, Any]:
     from jobs.data import Batches, token_array
 
-    train_tokens = token_array(spec.corpus, spec.tokenizer, "train")
-    val_tokens = token_array(spec.corpus, spec.tokenizer, "validation")
+    train_tokens = token_array(spec.corpus, spec.tokenizer, "train", spec.text_field)
+    val_tokens = token_array(spec.corpus, spec.tokenizer, "validation", spec.text_field)
     return Batches(train_tokens, spec.batch_size, spec.seq_len, spec.seed), val_tokens
 
 
 def _data_hashes(spec: RunSpec) -> dict[str, Any]:
-    from jobs.data import corpus_hash, tokenizer_hash
+    from jobs.data import corpus_hash, data_record, tokenizer_hash
 
     return {"corpus": spec.corpus, "tokenizer": spec.tokenizer,
             "tokenizer_hash": tokenizer_hash(spec.tokenizer),
-            "corpus_hash": {split: corpus_hash(spec.corpus, spec.tokenizer, split)
-                            for split in ("train", "validation")}}
+            "corpus_hash": {split: corpus_hash(spec.corpus, spec.tokenizer, split, spec.text_field)
+                            for split in ("train", "validation")},
+            **data_record(spec.corpus, spec.tokenizer, spec.text_field)}
 
 
 def _make_ema(model: torch.nn.Module, engine: Any, rate: float) -> Any:
