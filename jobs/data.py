@@ -154,7 +154,8 @@ def _open_local(corpus: str, datasets) -> Any:
     if "train" not in data_files:
         raise _corpus_error(corpus, "has no training files (every file is named validation or test)")
     options = {"sample_by": "paragraph"} if builders == ["text"] else {}
-    return datasets.load_dataset(builders[0], data_files=data_files, **options)
+    return datasets.load_dataset(builders[0], data_files=data_files,  # Arrow copy kept beside the tokens
+                                 cache_dir=str(cache_root() / "datasets"), **options)
 
 
 def _open_hub(corpus: str, datasets) -> Any:
@@ -193,7 +194,19 @@ def corpus_sources(corpus: str, text_field: str = DEFAULT_TEXT_FIELD) -> tokenca
         return tokencache.Plan({split: tokencache.ListSource(tuple(_shakespeare(split)))
                                 for split in SPLITS}, "", None)
     datasets = _import_datasets(corpus)
-    opened = _open_local(corpus, datasets) if _is_local(corpus) else _open_hub(corpus, datasets)
+    if _is_local(corpus):
+        try:
+            opened = _open_local(corpus, datasets)
+        except ValueError as error:
+            if str(error).startswith(f"corpus {corpus!r}"):
+                raise
+            raise _corpus_error(corpus, f"has no documents, or datasets cannot open it "
+                                        f"({type(error).__name__}: {str(error)[:160]})") from error
+        except Exception as error:  # datasets' own failures on a folder it cannot read
+            raise _corpus_error(corpus, f"has no documents, or datasets cannot open it "
+                                        f"({type(error).__name__}: {str(error)[:160]})") from error
+    else:
+        opened = _open_hub(corpus, datasets)
     train, validation = _train_and_validation(corpus, opened)
     for part in (train, validation):
         if part is not None and text_field not in part.column_names:
