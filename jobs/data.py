@@ -223,10 +223,20 @@ def corpus_sources(corpus: str, text_field: str = DEFAULT_TEXT_FIELD) -> tokenca
 
 def check_corpus(corpus: str, text_field: str = DEFAULT_TEXT_FIELD) -> None:
     """Bad input is a ValueError naming the field: an existing local corpus is opened and its
-    text field and size checked; Hugging Face names are checked when their runs load them."""
-    if corpus == "shakespeare" or (_is_local(corpus) and (Path(corpus).expanduser().exists()
-                                                           or _is_glob(corpus))):
+    text field and size checked; Hugging Face names (and missing paths) fail in their runs."""
+    if not corpus:
+        raise _corpus_error(corpus, "is empty")
+    if corpus == "shakespeare" or not (_is_local(corpus) and (Path(corpus).expanduser().exists()
+                                                              or _is_glob(corpus))):
+        return  # built in; or a Hub name / a path its runs will report missing
+    datasets = _import_datasets(corpus)
+    shown = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()  # bad input is one line
+    try:
         corpus_sources(corpus, text_field)
+    finally:
+        if shown:
+            datasets.enable_progress_bars()
 
 
 def iter_documents(corpus: str, split: str, text_field: str = DEFAULT_TEXT_FIELD) -> Iterator[str]:
