@@ -25,6 +25,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import pickle
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ import numpy as np
 from jobs.runfiles import atomic_write
 from jobs.tokenizers import get_encoding, token_dtype
 
-SHARD_DOCS = 2048  # documents per job: ~10 MB of web text, a few MB of tokens
+SHARD_DOCS = 1024  # documents per job: ~5 MB of web text (OpenWebText: ~8k jobs), ~2 MB of tokens
 COPY_BLOCK_BYTES = 16 << 20  # assembly copies shards in blocks of this size
 HELD_OUT_FRACTION = 0.0005  # nanoGPT's OpenWebText validation share (data/openwebtext/prepare.py)
 HELD_OUT_MIN_DOCS = 1000  # at least this many documents are held out ...
@@ -68,17 +69,25 @@ class ListSource:
 
 
 class DatasetSource:
-    """One text column of a `datasets.Dataset` (memory-mapped Arrow; pickles by file reference)."""
+    """One text column of a `datasets.Dataset` (memory-mapped Arrow; pickles by file reference).
+
+    Each read maps the Arrow files afresh and unmaps them after: pages of a map that stays open
+    count in the process's resident memory, which would then grow with the corpus read so far."""
 
     def __init__(self, dataset: Any, text_field: str) -> None:
-        self.dataset = dataset.select_columns([text_field])
+        self._pickled = pickle.dumps(dataset.select_columns([text_field]))
+        self._len = len(dataset)
         self.text_field = text_field
 
     def __len__(self) -> int:
-        return len(self.dataset)
+        return self._len
 
     def texts(self, start: int, stop: int) -> list[str | None]:
-        return self.dataset[start:stop][self.text_field]
+        dataset = pickle.loads(self._pickled)
+        try:
+            return dataset[start:stop][self.text_field]
+        finally:
+            del dataset
 
 
 def held_out_p(n_documents: int) -> float:
