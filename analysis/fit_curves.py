@@ -54,7 +54,7 @@ def analyse(inputs: Inputs, *, bootstrap: int = DEFAULT_BOOTSTRAP, x: str = "n_p
     fits = [fit_cell(c, x=x, resamples=bootstrap, seed=seed) for c in cells]
     by_key = {c.key: f for c, f in zip(cells, fits)}
     gaps, gap_notes = compute_gaps(cells, by_key, bootstrap, seed)
-    notes += [f"run without eval.parquet: {r}" for r in inputs.missing_runs]
+    notes += [f"run without eval.parquet: {r}" for r in inputs.missing_runs] + list(inputs.notes)
     families = sorted(final["family"].unique().to_list())
     if len(families) < 2:
         notes.append(f"only one family present ({', '.join(families) or 'none'}): no cross-family comparison")
