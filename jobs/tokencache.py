@@ -27,6 +27,7 @@ import multiprocessing
 import os
 import pickle
 import shutil
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,7 @@ HELD_OUT_FRACTION = 0.0005  # nanoGPT's OpenWebText validation share (data/openw
 HELD_OUT_MIN_DOCS = 1000  # at least this many documents are held out ...
 HELD_OUT_MAX_SHARE = 0.5  # ... but never more than half the corpus (a small corpus keeps training data)
 MIN_JOBS_FOR_POOL = 4  # fewer jobs run in this process: starting workers would cost more
+PROGRESS_MIN_JOBS = 20  # corpora with fewer jobs tokenise without progress lines
 MANIFEST = "manifest.json"
 SPLITS = ("train", "validation")
 
@@ -192,6 +194,19 @@ def _run_jobs(plan: Plan, jobs: list[Job], shard_dir: Path, workers: int,
         for stem in pool.imap_unordered(run_job, jobs):
             progress and progress(stem)
 
+def _progress_printer(corpus: object, total: int, done: int) -> Callable[[str], None] | None:
+    """Prints "tokenising CORPUS: k/n shards" about every 5 % on stderr (big corpora only)."""
+    if total - done < PROGRESS_MIN_JOBS:
+        return None
+    every, count = max(1, total // 20), [done]
+
+    def report(_: str) -> None:
+        count[0] += 1
+        if count[0] % every == 0 or count[0] == total:
+            print(f"tokenising {corpus}: {count[0]}/{total} shards", file=sys.stderr, flush=True)
+
+    return report
+
 # ---------------------------------------------------------------------------------------------
 # Assembly
 
@@ -246,7 +261,8 @@ def _build_locked(folder: Path, plan: Plan, describe: dict[str, Any], workers: i
     shard_dir.mkdir(exist_ok=True)
     jobs = plan.jobs()
     todo = [job for job in jobs if not (shard_dir / f"{job.stem}.json").exists()]
-    _run_jobs(plan, todo, shard_dir, workers or len(os.sched_getaffinity(0)), progress)
+    _run_jobs(plan, todo, shard_dir, workers or len(os.sched_getaffinity(0)),
+              progress or _progress_printer(describe.get("corpus"), len(jobs), len(jobs) - len(todo)))
     enc = get_encoding(plan.tokenizer)
     dtype = token_dtype(enc.n_vocab)
     splits = {split: _assemble(folder, shard_dir, jobs, split, dtype) for split in SPLITS}
