@@ -203,7 +203,7 @@ def parse_eval_suite(value: str) -> tuple[str, tuple[str, ...] | None]:
 def check_eval_suite(value: object, data_dir: str | Path | None = None) -> None:
     """ValueError naming `eval_suite` unless the suite exists and every set it names by name
     can be had now (from the data folder or the Hub)."""
-    from jobs.evaluate import SUITES  # noqa: PLC0415 - torch-heavy, only when a study is built
+    from jobs.suites import SUITES
 
     suite, named = parse_eval_suite(value) if isinstance(value, str) else ("", None)
     if suite not in SUITES or named == ():

@@ -1,8 +1,10 @@
 """The run spec: one frozen record of everything that defines a training run.
 
 `run_id` hashes only the fields that change results (`HASHED_FIELDS`); resources (engine, ZeRO
-stage, checkpoint cadence), bookkeeping (study, variant label) and tracking names are carried
-beside them but never enter the hash, so moving a run to another backend keeps its identity.
+stage, checkpoint cadence), bookkeeping (study, variant label, role, judge) and tracking names are
+carried beside them but never enter the hash, so moving a run to another backend keeps its
+identity. `model_options` holds every model option resolved, defaults included (the study
+resolves them), so changing a default changes the run ids it affects.
 """
 from __future__ import annotations
 
@@ -54,6 +56,8 @@ class RunSpec:
     study: str = ""
     variant: str = ""
     tracking: tuple[tuple[str, Any], ...] = ()
+    role: str = "compared"  # compared | judge (scores others' samples; in no fit or gap)
+    judge: str = ""  # the run that scores this run's samples: a sibling run id or a run directory
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model_options", _freeze(self.model_options))
@@ -117,8 +121,9 @@ class RunSpec:
 
 UNHASHED_FIELDS = (
     "engine", "zero_stage", "eval_every", "checkpoint_every", "keep_checkpoints",
-    "log_every", "eval_suite", "study", "variant", "tracking",
+    "log_every", "eval_suite", "study", "variant", "tracking", "role", "judge",
 )
+ROLES = ("compared", "judge")
 # Hashed fields added after run ids were first handed out: at these defaults they stay out of the
 # hash, so every run id from before they existed is unchanged.
 LATE_DEFAULTS: dict[str, Any] = {"text_field": "text"}
