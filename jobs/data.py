@@ -132,7 +132,7 @@ def _import_datasets(corpus: str):
     return datasets
 
 
-def _open_local(corpus: str, datasets) -> Any:
+def _open_local(corpus: str, datasets, streaming: bool = False) -> Any:
     path = Path(corpus).expanduser()
     if path.is_dir() and any((path / name).exists() for name in ("state.json", "dataset_dict.json")):
         return datasets.load_from_disk(str(path))
@@ -154,6 +154,8 @@ def _open_local(corpus: str, datasets) -> Any:
     if "train" not in data_files:
         raise _corpus_error(corpus, "has no training files (every file is named validation or test)")
     options = {"sample_by": "paragraph"} if builders == ["text"] else {}
+    if streaming:
+        return datasets.load_dataset(builders[0], data_files=data_files, streaming=True, **options)
     return datasets.load_dataset(builders[0], data_files=data_files,  # Arrow copy kept beside the tokens
                                  cache_dir=str(cache_root() / "datasets"), **options)
 
@@ -179,6 +181,29 @@ def _train_and_validation(corpus: str, opened: Any) -> tuple[Any, Any]:
     return train, validation
 
 
+def _opened_parts(corpus: str, text_field: str, streaming: bool = False) -> tuple[Any, Any]:
+    """(train, validation or None) of a `datasets` corpus, its text field checked. `streaming`
+    (local files only) reads without preparing an Arrow copy: for checks."""
+    datasets = _import_datasets(corpus)
+    if not _is_local(corpus):
+        opened = _open_hub(corpus, datasets)
+    else:
+        try:
+            opened = _open_local(corpus, datasets, streaming)
+        except Exception as error:  # datasets' own failures (e.g. no rows at all) mean the same
+            if str(error).startswith(f"corpus {corpus!r}"):
+                raise
+            raise _corpus_error(corpus, f"has no documents, or datasets cannot open it "
+                                        f"({type(error).__name__}: {str(error)[:160]})") from error
+    parts = _train_and_validation(corpus, opened)
+    for part in parts:
+        columns = None if part is None else (part.column_names or list(next(iter(part), {})))
+        if columns is not None and text_field not in columns:
+            raise ValueError(f"text_field {text_field!r}: not a column of corpus {corpus!r} "
+                             f"(columns: {', '.join(columns) or 'none'}); pass --text-field NAME")
+    return parts
+
+
 def corpus_sources(corpus: str, text_field: str = DEFAULT_TEXT_FIELD) -> tokencache.Plan:
     """What the token cache reads for a corpus (not yet the tokenizer: `Plan.tokenizer` is empty).
 
@@ -193,25 +218,7 @@ def corpus_sources(corpus: str, text_field: str = DEFAULT_TEXT_FIELD) -> tokenca
     if corpus == "shakespeare":
         return tokencache.Plan({split: tokencache.ListSource(tuple(_shakespeare(split)))
                                 for split in SPLITS}, "", None)
-    datasets = _import_datasets(corpus)
-    if _is_local(corpus):
-        try:
-            opened = _open_local(corpus, datasets)
-        except ValueError as error:
-            if str(error).startswith(f"corpus {corpus!r}"):
-                raise
-            raise _corpus_error(corpus, f"has no documents, or datasets cannot open it "
-                                        f"({type(error).__name__}: {str(error)[:160]})") from error
-        except Exception as error:  # datasets' own failures on a folder it cannot read
-            raise _corpus_error(corpus, f"has no documents, or datasets cannot open it "
-                                        f"({type(error).__name__}: {str(error)[:160]})") from error
-    else:
-        opened = _open_hub(corpus, datasets)
-    train, validation = _train_and_validation(corpus, opened)
-    for part in (train, validation):
-        if part is not None and text_field not in part.column_names:
-            raise ValueError(f"text_field {text_field!r}: not a column of corpus {corpus!r} "
-                             f"(columns: {', '.join(part.column_names)}); pass --text-field NAME")
+    train, validation = _opened_parts(corpus, text_field)
     if len(train) == 0:
         raise _corpus_error(corpus, "has no documents")
     sources = {"train": tokencache.DatasetSource(train, text_field)}
@@ -222,8 +229,9 @@ def corpus_sources(corpus: str, text_field: str = DEFAULT_TEXT_FIELD) -> tokenca
 
 
 def check_corpus(corpus: str, text_field: str = DEFAULT_TEXT_FIELD) -> None:
-    """Bad input is a ValueError naming the field: an existing local corpus is opened and its
-    text field and size checked; Hugging Face names (and missing paths) fail in their runs."""
+    """Bad input is a ValueError naming the field: an existing local corpus is opened (streamed:
+    nothing is prepared or written) and its text field and first document checked; Hugging Face
+    names (and missing paths) fail in their runs."""
     if not corpus:
         raise _corpus_error(corpus, "is empty")
     if corpus == "shakespeare" or not (_is_local(corpus) and (Path(corpus).expanduser().exists()
@@ -233,7 +241,9 @@ def check_corpus(corpus: str, text_field: str = DEFAULT_TEXT_FIELD) -> None:
     shown = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()  # bad input is one line
     try:
-        corpus_sources(corpus, text_field)
+        train, _ = _opened_parts(corpus, text_field, streaming=True)
+        if next(iter(train), None) is None:
+            raise _corpus_error(corpus, "has no documents")
     finally:
         if shown:
             datasets.enable_progress_bars()

@@ -227,8 +227,16 @@ def check_eval_suite(value: object, data_dir: str | Path | None = None) -> None:
 def token_byte_lengths(enc: tiktoken.Encoding) -> np.ndarray:
     """UTF-8 byte length of every token id; special tokens count 0."""
     specials = {enc.encode_single_token(token) for token in enc.special_tokens_set}
-    return np.array([0 if i in specials else len(enc.decode_single_token_bytes(i))
-                     for i in range(enc.n_vocab)], dtype=np.int64)
+    return np.array([0 if i in specials else _token_bytes(enc, i) for i in range(enc.n_vocab)],
+                    dtype=np.int64)
+
+
+def _token_bytes(enc, index: int) -> int:
+    """UTF-8 length of one token; 0 for an id the vocabulary skips (cl100k_base has gaps)."""
+    try:
+        return len(enc.decode_single_token_bytes(index))
+    except KeyError:
+        return 0
 
 
 def load_eval_set(name: str, enc: tiktoken.Encoding, seq_len: int, *,
