@@ -7,6 +7,7 @@ report.md, a self-contained report.html and a copy of the study manifest into th
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import shutil
@@ -16,15 +17,22 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis import ablations, figures, io, sections
+from analysis import ablations, fairness, figures, io, sections
 from analysis.cells import CELL_KEYS, build_cells, latest
 from analysis.ensemble import ensemble_studies
 from analysis.fits import CurveFit, fit_cell
-from analysis.gap import compute_gaps
+from analysis.gap import REFERENCE_FAMILY, compute_gaps, matched_family_gaps
 from analysis.records import Inputs, RecordsError, load
 from analysis.report import to_html, to_markdown
 
-X_AXES = ("n_params", "flops", "tokens")
+X_AXES = ("n_params", "n_params_family", "flops", "tokens")
+X_MEANING = {  # what each x convention holds fixed when families are compared at equal x
+    "n_params": "matched shape (n_params: the shared core's non-embedding parameters)",
+    "n_params_family": "matched family parameters (n_params_family: each family's own non-embedding "
+                       "parameters, conditioning and untied head included)",
+    "flops": "matched training compute (flops)",
+    "tokens": "matched training tokens",
+}
 DEFAULT_BOOTSTRAP = 1000
 
 
@@ -45,29 +53,69 @@ class Analysis:
     variants: pl.DataFrame
     options: dict
     factorial: pl.DataFrame | None
+    weights: str = "raw"  # the kind of weights every comparison uses
+    plateau: pl.DataFrame | None = None  # per run and dataset: margin below nll_unigram, flag
+    ema: pl.DataFrame | None = None  # EMA - raw per family/size, paired by seed
+    matched: tuple = ()  # Δ at matched family parameters (gap.MatchedPoint)
+    final: pl.DataFrame | None = None  # the compared records everything above was computed from
+
+
+def _fitted(final: pl.DataFrame, x: str, bootstrap: int, seed: int, flags: dict) -> tuple[list, list]:
+    """Cells (baselines left out) and their fits, plateau-flagged."""
+    cells = build_cells(final.filter(~pl.col("metric").is_in(fairness.NOT_FITTED)), x)
+    fits = [fairness.flag_fit(fit_cell(c, x=x, resamples=bootstrap, seed=seed), c.points, flags) for c in cells]
+    return cells, fits
+
+
+def _matched(final: pl.DataFrame, bootstrap: int, seed: int, flags: dict) -> tuple:
+    """Δ at matched family parameters, from AR's fits on x = n_params_family (only those are fitted)."""
+    cells = build_cells(final.filter(~pl.col("metric").is_in(fairness.NOT_FITTED)), "n_params_family")
+    fits = {c.key: fairness.flag_fit(fit_cell(c, x="n_params_family", resamples=bootstrap, seed=seed), c.points, flags)
+            for c in cells if c.key[0] == REFERENCE_FAMILY}
+    points = matched_family_gaps(cells, fits, bootstrap, seed)
+    out = []
+    for pt in points:
+        why = fairness.flagged_reason(flags, pt)
+        out.append(pt if not why or pt.status != "ok" else dataclasses.replace(pt, status="plateau", reason=why))
+    return tuple(out)
 
 
 def analyse(inputs: Inputs, *, bootstrap: int = DEFAULT_BOOTSTRAP, x: str = "n_params", seed: int = 0) -> Analysis:
-    """All fits, gaps, ensemble and ablation tables for validated inputs."""
-    final, notes = latest(inputs.records)
-    cells = build_cells(final, x)
-    fits = [fit_cell(c, x=x, resamples=bootstrap, seed=seed) for c in cells]
+    """All fits, gaps, ensemble and ablation tables for validated inputs (judge runs left out,
+    one kind of weights, plateau runs flagged)."""
+    records, notes = fairness.compared_only(inputs.records)
+    records, weights, weight_notes = fairness.choose_weights(records)
+    final, latest_notes = latest(records)
+    notes += weight_notes + latest_notes
+    plateau = fairness.plateau_table(final)
+    flags = fairness.flagged(plateau)
+    cells, fits = _fitted(final, x, bootstrap, seed, flags)
     by_key = {c.key: f for c, f in zip(cells, fits)}
     gaps, gap_notes = compute_gaps(cells, by_key, bootstrap, seed)
+    gaps = [fairness.flag_gap(g, flags) for g in gaps]
     notes += [f"run without eval.parquet: {r}" for r in inputs.missing_runs] + list(inputs.notes)
+    if plateau.is_empty():
+        notes.append("no nll_unigram records: under-training cannot be checked (evaluate with this version)")
     families = sorted(final["family"].unique().to_list())
     if len(families) < 2:
         notes.append(f"only one family present ({', '.join(families) or 'none'}): no cross-family comparison")
+    ensembles = [fairness.flag_ensemble(s, flags) for s in ensemble_studies(final, x, bootstrap, seed)]
     return Analysis(inputs, x, bootstrap, seed, tuple(notes), tuple(cells), tuple(fits), tuple(gaps),
-                    tuple(gap_notes), tuple(ensemble_studies(final, x, bootstrap, seed)),
+                    tuple(gap_notes), tuple(ensembles),
                     ablations.variant_table(final), ablations.option_tables(final, inputs.options),
-                    ablations.factorial_table(final))
+                    ablations.factorial_table(final), weights, plateau,
+                    fairness.ema_effect(fairness.compared_only(inputs.records)[0]),
+                    _matched(final, bootstrap, seed, flags), final)
 
 
 def fits_json(a: Analysis) -> str:
     """fits.json text: deterministic for fixed inputs and seed (sorted keys, no timestamps)."""
-    doc = {"x": a.x, "bootstrap": a.bootstrap, "seed": a.seed, "fits": [f.to_json() for f in a.fits],
-           "gaps": [_gap_json(g) for g in a.gaps],
+    doc = {"x": a.x, "x_meaning": X_MEANING[a.x], "weights": a.weights, "bootstrap": a.bootstrap, "seed": a.seed,
+           "fits": [f.to_json() for f in a.fits], "gaps": [_gap_json(g) for g in a.gaps],
+           "matched_family_gaps": [{**dataclasses.asdict(pt), "delta": _finite(pt.delta), "lo": _finite(pt.lo),
+                                    "hi": _finite(pt.hi)} for pt in a.matched],
+           "plateau_runs": sorted(a.plateau.filter(pl.col("plateau"))["run_id"].unique().to_list())
+           if a.plateau is not None and not a.plateau.is_empty() else [],
            "ensemble": [{"family": s.family, "variant": s.variant, "dataset": s.dataset, "split": s.split,
                          "fits": [f.to_json() for f in s.fits],
                          "gains": [{"size": g.size, "x": g.x, "m_min": g.m_min, "m_max": g.m_max, **g.gain.to_dict()}
@@ -79,7 +127,7 @@ def _gap_json(g) -> dict:
     return {"family": g.family, "variant": g.variant, "metric": g.metric, "dataset": g.dataset, "split": g.split,
             "reference": g.reference, "trend": g.trend.to_dict(), "multiplier_reason": g.multiplier_reason,
             "points": [{"size": p.size, "x": p.x, "paired": p.paired, "n_family": p.n_family,
-                        "n_reference": p.n_reference, **p.delta.to_dict()} for p in g.points],
+                        "n_reference": p.n_reference, "plateau": p.plateau, **p.delta.to_dict()} for p in g.points],
             "multipliers": [{"x": m.x, "k": _finite(m.k), "ci95": [_finite(m.lo), _finite(m.hi)],
                              "unreached": m.unreached} for m in g.multipliers]}
 
@@ -125,7 +173,11 @@ def report_blocks(a: Analysis, figure_blocks: list) -> list:
                         f"{rec['run_id'].n_unique()} runs, families: {', '.join(sorted(rec['family'].unique().to_list()))}; "
                         f"x = {a.x}; bootstrap resamples = {a.bootstrap}, seed = {a.seed}.")]
     intro += [sections.p(f"Note: {n}") for n in a.notes]
-    return (intro + sections.fits_section(list(a.fits), a.x, a.bootstrap) + sections.gap_section(list(a.gaps), list(a.gap_notes), a.x)
+    intro += sections.protocol_section(rec, a.inputs.options, a.weights) + sections.plateau_section(a.plateau)
+    return (intro + sections.fits_section(list(a.fits), a.x, a.bootstrap)
+            + sections.gap_section(list(a.gaps), list(a.gap_notes), a.x, X_MEANING[a.x])
+            + sections.matched_section(a.matched, X_MEANING[a.x]) + sections.ema_section(a.ema)
+            + sections.generation_section(a.final)
             + sections.ensemble_section(list(a.ensembles)) + sections.ablation_section(a.variants, a.options, a.factorial)
             + [sections.h("Figures")] + figure_blocks)
 
@@ -142,6 +194,11 @@ def tables(a: Analysis) -> dict[str, pl.DataFrame]:
     out = {"fits": pl.DataFrame(fit_rows, infer_schema_length=None), "points": a.variants,
            "gap": pl.DataFrame(gap_rows, infer_schema_length=None)}
     out.update({f"option_{_safe(k)}": v for k, v in a.options.items()})
+    for name, frame in (("plateau", a.plateau), ("ema_effect", a.ema)):
+        if frame is not None and not frame.is_empty():
+            out[name] = frame
+    if a.matched:
+        out["matched_family_gap"] = pl.DataFrame([dataclasses.asdict(pt) for pt in a.matched])
     if a.factorial is not None:
         out["factorial"] = a.factorial
     return out

@@ -10,7 +10,7 @@ import numpy as np
 
 from analysis.cells import Cell, Point
 from analysis.fits import MIN_SEEDS, CurveFit, PREDICT_FACTORS, predict
-from analysis.stats import SeedSummary, Trend, percentile_ci, summarise, trend, welch
+from analysis.stats import SeedSummary, Trend, bootstrap_means, percentile_ci, summarise, trend, welch
 
 REFERENCE_FAMILY, REFERENCE_METRIC = "ar", "nll_l2r"
 COMPARED_METRICS = ("nll_anyorder", "nll_l2r")  # each non-AR family is compared under both
@@ -26,6 +26,7 @@ class GapPoint:
     paired: bool
     n_family: int
     n_reference: int
+    plateau: str = ""  # why this size's comparison is not a result (a run on the plateau), else ""
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class Gap:
     trend: Trend
     multipliers: tuple[Multiplier, ...]
     multiplier_reason: str = ""
+    reference_key: tuple[str, str] = (REFERENCE_FAMILY, "")  # the AR cell's (family, variant)
 
 
 def _gap_point(a: Point, r: Point) -> tuple[GapPoint, list[tuple[str, np.ndarray, float]]]:
@@ -135,4 +137,53 @@ def _gap(c: Cell, ref: Cell, fits: dict, resamples: int, seed: int) -> Gap:
     mult, why = multipliers(fits.get(c.key), fits.get(ref.key), [p.x for p in points] or [1.0])
     fam, variant, metric, dataset, split, _ = c.key
     return Gap(fam, variant, metric, dataset, split, f"{ref.key[0]}/{ref.key[1]} {REFERENCE_METRIC}",
-               tuple(points), tr, mult, why)
+               tuple(points), tr, mult, why, (ref.key[0], ref.key[1]))
+
+
+@dataclass(frozen=True)
+class MatchedPoint:
+    """Δ at matched family parameters: the family's loss at its own non-embedding count x minus
+    AR's fitted loss at the same x (bootstrap over the family's seeds and AR's fit)."""
+
+    family: str
+    variant: str
+    metric: str
+    dataset: str
+    split: str
+    size: str
+    x: float
+    delta: float
+    lo: float
+    hi: float
+    n: int
+    status: str
+    reason: str = ""
+
+
+def matched_family_gaps(cells: list[Cell], fits: dict[tuple, CurveFit], resamples: int, seed: int) -> list[MatchedPoint]:
+    """Δ per size at matched family parameters (cells and fits on x = n_params_family)."""
+    refs = {}
+    for c in cells:
+        if c.key[0] == REFERENCE_FAMILY and c.key[2] == REFERENCE_METRIC and c.key[5] is None:
+            best = refs.get(c.key[3:5])
+            refs[c.key[3:5]] = c if best is None or _n_runs(c) > _n_runs(best) else best
+    out = []
+    for c in cells:
+        ref = refs.get(c.key[3:5])
+        if c.key[0] == REFERENCE_FAMILY or c.key[2] not in COMPARED_METRICS or c.key[5] is not None or ref is None:
+            continue
+        out += [_matched(c, a, fits.get(ref.key), resamples, seed) for a in c.points]
+    return out
+
+
+def _matched(c: Cell, a: Point, ref_fit: CurveFit | None, resamples: int, seed: int) -> MatchedPoint:
+    fam, variant, metric, dataset, split, _ = c.key
+    base = dict(family=fam, variant=variant, metric=metric, dataset=dataset, split=split, size=a.label, x=a.x,
+                n=a.array.size)
+    if ref_fit is None or ref_fit.status != "ok":
+        why = f"AR's fit on n_params_family is {ref_fit.status if ref_fit else 'missing'}"
+        return MatchedPoint(**base, delta=math.nan, lo=math.nan, hi=math.nan, status="not_computed", reason=why)
+    delta = float(a.array.mean() - predict(_values(ref_fit), a.x)[0])
+    boot = bootstrap_means([(a.draw_key + "|matched", a.array)], len(ref_fit.samples), seed)[:, 0]
+    lo, hi = percentile_ci(boot - predict(ref_fit.samples, a.x))
+    return MatchedPoint(**base, delta=delta, lo=float(lo), hi=float(hi), status="ok")

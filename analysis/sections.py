@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from analysis.ablations import option_title
+from analysis.ablations import option_title, seed_table
 from analysis.fits import CurveFit
 from analysis.report import Block, interval, num
 
@@ -55,15 +55,18 @@ def fits_section(fits: list[CurveFit], x: str, resamples: int) -> list[Block]:
             table([*keys, x, "prediction [95% CI] (n = min seeds per size)"], preds) if preds else p("none")]
 
 
-def gap_section(gaps: list, notes: list[str], x: str) -> list[Block]:
+def gap_section(gaps: list, notes: list[str], x: str, x_meaning: str = "") -> list[Block]:
     """Per-size gap tables, trends and multipliers."""
     out = [h("Gap to AR (Δ = family − AR nll_l2r)")] + [p(n) for n in notes]
+    if x_meaning:
+        out.append(p(f"Each size compares the families at {x_meaning}; trends and multipliers use x = {x}."))
     for g in gaps:
         out.append(h(f"{g.family}/{g.variant} {g.metric} vs {g.reference} — {g.dataset}/{g.split}", 3))
         rows = [[pt.size, num(pt.x), interval(pt.delta.mean, pt.delta.lo, pt.delta.hi),
                  "paired by seed" if pt.paired else "Welch (unpaired)",
-                 f"{pt.delta.n}" if pt.paired else f"{pt.n_family} vs {pt.n_reference}"] for pt in g.points]
-        out.append(table(["size", x, f"Δ ({g.metric} − AR nll_l2r) [95% CI]", "pairing", "n"], rows))
+                 f"{pt.delta.n}" if pt.paired else f"{pt.n_family} vs {pt.n_reference}",
+                 f"not a result: {pt.plateau}" if pt.plateau else "ok"] for pt in g.points]
+        out.append(table(["size", x, f"Δ ({g.metric} − AR nll_l2r) [95% CI]", "pairing", "n", "status"], rows))
         t = g.trend
         out.append(p(f"Trend: Δ changes by {interval(t.slope, t.lo, t.hi, n=f'{t.n_points} sizes')} nats per decade "
                      f"of {x} (status {t.status}{': ' + t.reason if t.reason else ''})."))
@@ -117,3 +120,91 @@ def ablation_section(variants: pl.DataFrame, options: dict[str, pl.DataFrame], f
                       [[str(r[k]) for k in fkeys] + [interval(r["estimate"], r["lo"], r["hi"], r["n"])]
                        for r in factorial.iter_rows(named=True)])]
     return out
+
+
+NETWORK_OPTIONS = ("opt_norm", "opt_qk_norm", "opt_tie_head", "opt_ema")  # spec.json fields shown per arm
+
+
+def protocol_section(records: pl.DataFrame, options: pl.DataFrame | None, weights: str) -> list[Block]:
+    """What every comparison holds fixed: each arm's network and EMA, and the weights compared."""
+    out = [h("Comparison protocol"),
+           p(f"Families are compared on {weights} weights. One network and one EMA per study: an arm that "
+             "differs below does so by an explicit override, and its label says so.")]
+    if options is None or options.is_empty():
+        return out + [p("No spec.json options were read: the networks cannot be shown.")]
+    shown = [c for c in NETWORK_OPTIONS if c in options.columns]
+    arms = (records.select("run_id", "family", "variant").unique().join(options, on="run_id", how="left")
+            .group_by(["family", "variant", *shown]).agg(pl.len().alias("runs")).sort(["family", "variant"]))
+    rows = [[str(r[k]) for k in ("family", "variant", *shown, "runs")] for r in arms.iter_rows(named=True)]
+    return out + [table(["family", "variant", *(c[len("opt_"):] for c in shown), "runs"], rows)]
+
+
+def plateau_section(plateau: pl.DataFrame | None) -> list[Block]:
+    """Every run against its dataset's unigram baseline; plateau runs named."""
+    out = [h("Under-training check (vs the unigram baseline)")]
+    if plateau is None or plateau.is_empty():
+        return out + [p("No nll_unigram records: under-training cannot be checked.")]
+    n_flat = plateau.filter(pl.col("plateau"))["run_id"].n_unique()
+    out.append(p(f"A run is on the plateau when its nll_l2r or nll_anyorder is less than 0.1 nats/token below "
+                 f"nll_unigram (the training split's add-one-smoothed unigram cross-entropy on the same data). "
+                 f"{n_flat} of {plateau['run_id'].n_unique()} runs are on the plateau on at least one dataset; "
+                 "no fit, gap or trend that uses them is reported as ok."))
+    keys = ["family", "variant", "size", "dataset", "split", "metric"]
+    summary = (plateau.group_by(keys).agg(pl.col("value").mean(), pl.col("baseline").mean(),
+                                          pl.col("margin").mean(), pl.col("plateau").sum().alias("flat"),
+                                          pl.len().alias("n")).sort(keys))
+    rows = [[str(r[k]) for k in keys] + [num(r["value"]), num(r["baseline"]), num(r["margin"]),
+                                         f"{r['flat']} of {r['n']}"] for r in summary.iter_rows(named=True)]
+    return out + [table([*keys, "mean value", "nll_unigram", "mean margin", "seeds on plateau"], rows)]
+
+
+def ema_section(effect: pl.DataFrame | None) -> list[Block]:
+    """EMA - raw per family and size with intervals."""
+    if effect is None or effect.is_empty():
+        return []
+    keys = ["family", "variant", "size", "dataset", "split", "metric"]
+    return [h("EMA effect (EMA − raw weights, paired by seed)"),
+            table([*keys, "Δ [95% CI] (n seeds)"], summary_rows(effect.sort(keys), keys))]
+
+
+def matched_section(points: tuple, x_meaning: str) -> list[Block]:
+    """Δ at matched family parameters beside the main gaps (which are at the report's x)."""
+    if not points:
+        return []
+    rows = [[pt.family, pt.variant, pt.metric, f"{pt.dataset}/{pt.split}", pt.size, num(pt.x),
+             interval(pt.delta, pt.lo, pt.hi, pt.n) if pt.status == "ok" else "n/a", pt.status, pt.reason]
+            for pt in points]
+    return [h("Gap at matched family parameters", 3),
+            p(f"The gaps above are at {x_meaning}. Here each family's loss is compared with AR's fitted loss "
+              "at the family's own non-embedding parameter count (n_params_family), so conditioning and head "
+              "parameters are charged to the family. Intervals: bootstrap over the family's seeds and AR's fit."),
+            table(["family", "variant", "metric", "data", "size", "n_params_family", "Δ [95% CI] (n)", "status",
+                   "reason"], rows)]
+
+
+def generation_section(final: pl.DataFrame) -> list[Block]:
+    """gen_ppl under the judge beside the samples' unigram entropy, per family, size and sampler."""
+    rows = final.filter(pl.col("metric").is_in(["gen_ppl", "gen_entropy"]))
+    if rows.is_empty():
+        return []
+    keys = ["family", "variant", "size", "estimator", "steps"]
+    ppl = seed_table_of(rows.filter(pl.col("metric") == "gen_ppl"), keys)
+    ent = seed_table_of(rows.filter(pl.col("metric") == "gen_entropy"), keys)
+    judges = ", ".join(sorted(str(j) for j in rows["evaluator"].drop_nulls().unique())) if "evaluator" in rows.columns else ""
+    joined = ent.join(ppl, on=keys, how="left", suffix="_ppl").sort(keys)
+    body = [[str(r[k]) for k in keys] + [interval(r["mean_ppl"], r["lo_ppl"], r["hi_ppl"], r["n_ppl"])
+                                         if r["mean_ppl"] is not None else "not judged",
+                                         interval(r["mean"], r["lo"], r["hi"], r["n"])]
+            for r in joined.iter_rows(named=True)]
+    return [h("Generation (judged from outside the comparison)"),
+            p(f"gen_ppl: perplexity of the samples under the judge run ({judges or 'none'}), which is not one of "
+              "the compared runs; gen_entropy: the samples' unigram entropy in nats per token (low entropy = "
+              "repetitive text, which flatters gen_ppl). Intervals over seeds."),
+            table([*keys, "gen_ppl [95% CI] (n seeds)", "gen_entropy [95% CI] (n seeds)"], body)]
+
+
+def seed_table_of(rows: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Seed summaries of `rows` by `keys` (see ablations.seed_table)."""
+    return seed_table(rows, keys) if not rows.is_empty() else pl.DataFrame(
+        schema={**{k: rows.schema[k] for k in keys}, "mean": pl.Float64, "std": pl.Float64, "n": pl.UInt32,
+                "se": pl.Float64, "lo": pl.Float64, "hi": pl.Float64})

@@ -1,5 +1,7 @@
 """`python -m scaling.status <study>`: runs by state with progress, loss and ETA.
 
+`learned` says whether an evaluated run is below its data's unigram baseline (`ok`) or still on the
+plateau (`plateau`: its numbers are not a result; see the report's under-training check).
 A study submitted to Slurm gets a `queue` column: the scheduler's state of each run's job
 (PENDING, RUNNING, COMPLETED, ...; `UNKNOWN` when Slurm cannot be asked, `-` for a run never
 submitted) beside the ledger state.
@@ -15,14 +17,16 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from analysis.fairness import plateau_table
 from jobs.executors.slurm import queue_states
+from jobs.records import read_records
 from jobs.runfiles import METRICS_FILE
 
 from . import ledger
 from .study import StudyError
 
 TAIL_BYTES = 65_536  # enough for the last few dozen metric rows
-COLUMNS = ("run_id", "family", "variant", "size", "seed", "state", "progress", "loss", "eta", "tries")
+COLUMNS = ("run_id", "family", "variant", "size", "seed", "state", "progress", "loss", "eta", "tries", "learned")
 QUEUE_COLUMN = "queue"
 
 
@@ -70,7 +74,21 @@ def row_for(study_dir: Path, run_id: str, info: dict[str, Any]) -> tuple[str, ..
     progress = f"{run.step}/{steps} ({100 * run.step / steps:.0f}%)" if steps else "-"
     eta = _duration(eta_s(run, spec.batch_size * spec.seq_len, metrics))
     return (run_id, info["family"], info["variant"], info["size"], str(info["seed"]), run.state,
-            progress, loss, eta, str(run.attempts))
+            progress, loss, eta, str(run.attempts), learned(directory))
+
+
+def learned(run_dir: Path) -> str:
+    """`plateau` when an evaluated run is not clearly below its data's unigram baseline (on any
+    dataset), `ok` when it is, `-` before evaluation or without baselines."""
+    if not (run_dir / "eval.parquet").exists():
+        return "-"
+    try:
+        table = plateau_table(read_records(run_dir))
+    except Exception:  # an unreadable eval.parquet: the state column tells the rest
+        return "-"
+    if table.is_empty():
+        return "-"
+    return "plateau" if table["plateau"].any() else "ok"
 
 
 def table(study_dir: Path) -> tuple[list[tuple[str, ...]], Counter]:

@@ -43,7 +43,8 @@ def test_no_flags_is_the_quickstart_4_families_x_3_sizes_x_2_seeds():
     assert {c.spec.corpus for c in study.cells} == {"shakespeare"}
     assert all(c.spec.tokens <= QUICKSTART_MAX_TOKENS for c in study.cells)
     aogpt = next(c.spec for c in study.cells if c.spec.family == "aogpt")
-    assert aogpt.variant == "adaln+ema0.9999+mix:0.1" and aogpt.ema == 0.9999
+    assert aogpt.variant == "adaln+mix:0.1"
+    assert len({(c.spec.ema, c.spec.options["norm"], c.spec.options["tie_head"]) for c in study.cells}) == 1
 
 
 def test_same_flags_same_run_ids():
@@ -87,8 +88,9 @@ def test_toml_arms_table(tmp_path):
                     '[arms.options]\ntarget_pe = "input"\norder = "l2r"\n')
     study = build_study({}, load_toml(path))
     (cell,) = study.cells
-    assert cell.spec.options == {"target_pe": "input", "order": "l2r"} and cell.spec.ema == 0.99
-    assert cell.spec.variant == "input+ema0.99+l2r"
+    assert cell.spec.options == {"target_pe": "input", "order": "l2r", "cond_dim": 128, "norm": "layernorm",
+                                 "qk_norm": False, "tie_head": True}  # defaults resolved
+    assert cell.spec.ema == 0.99 and cell.spec.variant == "input+ema0.99+l2r"
 
 
 @pytest.mark.parametrize("bad, field", [
@@ -116,9 +118,8 @@ def test_families_filter_a_preset_and_add_defaults():
     assert {c.spec.family for c in study.cells} == {"mdm"}
     study = build_study(flags(preset="pe", families="aogpt,ar"))
     labels = {(c.spec.family, c.spec.variant) for c in study.cells}
-    assert labels == {("aogpt", v) for v in ("adaln+ema0.9999+mix:0.1", "input+ema0.9999+mix:0.1",
-                                              "layer_shared+ema0.9999+mix:0.1",
-                                              "layer_distinct+ema0.9999+mix:0.1")} | {("ar", "base")}
+    assert labels == {("aogpt", v) for v in ("adaln+mix:0.1", "input+mix:0.1", "layer_shared+mix:0.1",
+                                              "layer_distinct+mix:0.1")} | {("ar", "base")}
 
 
 def test_factorial_is_a_full_2x2x2_design_with_factor_levels():
@@ -146,14 +147,21 @@ def test_every_preset_builds_and_its_options_are_valid_for_the_models(preset):
 
 def test_paper_preset_is_the_ao_gpt_recipe():
     study = build_study(flags(preset="paper"))
-    specs = [c.spec for c in study.cells]
+    specs = [c.spec for c in study.cells if c.spec.role == "compared"]
     assert {s.size for s in specs} == {"125M", "350M", "760M"} and {s.seed for s in specs} == {0, 1, 2}
     assert {(s.tokenizer, s.seq_len, s.batch_size * s.seq_len) for s in specs} == {("gpt2", 1024, 2**20)}
     assert {s.size: s.lr for s in specs} == {"125M": 6e-4, "350M": 3e-4, "760M": 2.5e-4}
     assert {(s.weight_decay, s.beta2, s.min_lr_ratio) for s in specs} == {(0.05, 0.95, 0.1)}
     aogpt = next(s for s in specs if s.family == "aogpt")
-    assert aogpt.options == {"norm": "rmsnorm", "qk_norm": True, "tie_head": False,
+    assert aogpt.options == {"norm": "rmsnorm", "qk_norm": True, "tie_head": False, "cond_dim": 128,
                              "target_pe": "adaln", "order": "mix:0.1"}
+    for spec in specs:  # every family on the official network with EMA 0.9999
+        assert (spec.options["norm"], spec.options["qk_norm"], spec.options["tie_head"], spec.ema) == \
+            ("rmsnorm", True, False, 0.9999)
+    (judge,) = [c.spec for c in study.cells if c.spec.role == "judge"]
+    assert (judge.family, judge.size, judge.seed, judge.variant) == ("ar", "760M", 3, "judge")
+    assert study.cells[0].spec is judge  # trained first
+    assert {s.judge for s in specs} == {judge.run_id}
 
 
 def test_gpt3_sizes_without_preset_use_the_paper_base():
@@ -199,3 +207,68 @@ def test_a_relative_local_corpus_reaches_the_runs_as_an_absolute_path(tmp_path, 
     assert {cell.spec.corpus for cell in study.cells} == {str(tmp_path / "corpus.txt")}
     named = build_study(flags(sizes=["0.1M"], families=["ar"], seeds=1, corpus="org/dataset"))
     assert {cell.spec.corpus for cell in named.cells} == {"org/dataset"}  # a dataset name stays a name
+
+
+# ---- one network and one EMA per study (DESIGN §7) -----------------------------------------------
+def _overrides(cell) -> set[str]:
+    """What an arm overrides explicitly, read from its label (`net:<name>`, `ema<rate>`)."""
+    parts = cell.spec.variant.split("+")
+    return ({"network"} if any(p.startswith("net:") for p in parts) else set()) | \
+        ({"ema"} if any(p.startswith("ema") for p in parts) else set())
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_preset_shares_network_and_ema_unless_an_arm_overrides_explicitly(preset):
+    from scaling.arms import NETWORK_KEYS
+
+    study = build_study(flags(preset=preset, sizes="0.1M,0.3M", seeds=2))
+    networks = {tuple(c.spec.options[k] for k in NETWORK_KEYS) for c in study.cells if "network" not in _overrides(c)}
+    emas = {c.spec.ema for c in study.cells if "ema" not in _overrides(c)}
+    assert len(networks) <= 1 and len(emas) <= 1, (preset, networks, emas)
+    for cell in study.cells:  # an override is a labelled factor of the design
+        for what in _overrides(cell):
+            assert what in dict(cell.factors), (preset, cell.spec.variant)
+
+
+def test_the_network_preset_measures_the_architecture_apart():
+    from scaling.arms import NETWORKS
+
+    study = build_study(flags(preset="network", sizes="0.1M", seeds=1))
+    seen = {(c.spec.family, dict(c.factors)["network"]): c.spec.options for c in study.cells}
+    assert set(seen) == {(f, n) for f in ("ar", "aogpt") for n in NETWORKS}
+    for (family, name), options in seen.items():
+        assert {k: options[k] for k in NETWORKS[name]} == NETWORKS[name]
+
+
+def test_a_study_network_and_ema_apply_to_every_family():
+    study = build_study(flags(sizes="0.1M", seeds=1, families="ar,aogpt,sigma_gpt,mdm", network="official", ema=0.99))
+    assert {(c.spec.options["norm"], c.spec.options["qk_norm"], c.spec.options["tie_head"], c.spec.ema)
+            for c in study.cells} == {("rmsnorm", True, False, 0.99)}
+    with pytest.raises(StudyError, match="^network: unknown network"):
+        build_study(flags(sizes="0.1M", network="resnet"))
+    with pytest.raises(StudyError, match="^ema: "):
+        build_study(flags(sizes="0.1M", ema=1.5))
+
+
+def test_a_changed_option_default_changes_the_run_id_and_a_resource_does_not(monkeypatch):
+    from models.families.aogpt import AOGPT
+
+    base = build_study(flags(sizes="0.1M", seeds=1, families="ar,aogpt"))
+    ids = {c.spec.family: c.run_id for c in base.cells}
+    moved = build_study(flags(sizes="0.1M", seeds=1, families="ar,aogpt",
+                              resources={"engine": "deepspeed", "checkpoint_every": 7, "keep_checkpoints": 5}))
+    assert {c.spec.family: c.run_id for c in moved.cells} == ids
+    default, check = AOGPT.OPTIONS["cond_dim"]
+    monkeypatch.setitem(AOGPT.OPTIONS, "cond_dim", (default * 2, check))
+    changed = {c.spec.family: c.run_id for c in build_study(flags(sizes="0.1M", seeds=1, families="ar,aogpt")).cells}
+    assert changed["aogpt"] != ids["aogpt"] and changed["ar"] == ids["ar"]
+
+
+def test_a_study_dir_of_the_previous_format_is_refused_with_one_line(tmp_path):
+    from scaling import ledger
+
+    study = build_study(flags(sizes="0.1M", seeds=1, families="ar"))
+    (tmp_path / "study.json").write_text(json.dumps({"name": "old", "hash": study.study_hash, "order": []}))
+    with pytest.raises(StudyError, match="^study-dir: .*another aoscale version") as info:
+        ledger.check_study_dir(tmp_path, study)
+    assert "\n" not in str(info.value)

@@ -1,0 +1,133 @@
+"""What makes a comparison fair (DESIGN §7), applied to records before and after the fits.
+
+- Judges leave: runs with role `judge` score others' samples and enter no fit, gap or table.
+- One kind of weights: families are compared on EMA weights when every compared run has them,
+  else on raw weights; the EMA effect (EMA - raw, paired by seed) is its own table.
+- Under-training is flagged: a run whose nll_l2r (or nll_anyorder) on a dataset is not at least
+  PLATEAU_MARGIN_NATS below that dataset's `nll_unigram` baseline is on the plateau there. Fits,
+  gaps and trends built on such a run get status `plateau` with the reason, and are not
+  extrapolated.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import polars as pl
+
+from analysis.ablations import seed_table
+
+PLATEAU_MARGIN_NATS = 0.1  # "clearly below" the unigram baseline, nats/token (issue: >= 0.1)
+BASELINE_METRIC = "nll_unigram"
+FLAGGED_METRICS = ("nll_l2r", "nll_anyorder")  # what must beat the baseline
+NOT_FITTED = (BASELINE_METRIC,)  # properties of the data, not of a model
+RUN_KEYS = ("family", "variant", "size", "seed", "dataset", "split")
+
+
+def compared_only(records: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """Records without the judge runs, and a note naming them."""
+    if "role" not in records.columns:
+        return records, []
+    judges = records.filter(pl.col("role") == "judge")["run_id"].unique().sort().to_list()
+    notes = [f"judge run(s) {', '.join(judges)} score generated samples only: in no fit, gap or table"] if judges else []
+    return records.filter(pl.col("role").is_null() | (pl.col("role") != "judge")), notes
+
+
+def choose_weights(records: pl.DataFrame) -> tuple[pl.DataFrame, str, list[str]]:
+    """Rows of one kind of weights (plus weight-free rows such as nll_unigram), its name, notes."""
+    if "weights" not in records.columns:
+        return records, "unknown", []
+    runs = records.filter(pl.col("weights").is_not_null())
+    with_ema = set(runs.filter(pl.col("weights") == "ema")["run_id"].unique().to_list())
+    every = set(runs["run_id"].unique().to_list())
+    chosen = "ema" if with_ema and with_ema == every else "raw"
+    notes = []
+    if with_ema and chosen == "raw":
+        notes.append(f"{len(with_ema)} of {len(every)} runs have EMA weights: families are compared on raw "
+                     "weights, which every run has")
+    return records.filter(pl.col("weights").is_null() | (pl.col("weights") == chosen)), chosen, notes
+
+
+def ema_effect(records: pl.DataFrame) -> pl.DataFrame:
+    """EMA - raw of nll_l2r / nll_anyorder per (family, variant, size, dataset, split), paired by
+    seed, with a t-interval over seeds (empty when no run has both kinds of weights)."""
+    if "weights" not in records.columns:
+        return pl.DataFrame()
+    rows = records.filter(pl.col("metric").is_in(FLAGGED_METRICS) & pl.col("weights").is_not_null())
+    keys = ["run_id", "family", "variant", "size", "seed", "dataset", "split", "metric"]
+    wide = (rows.group_by([*keys, "weights"]).agg(pl.col("value").mean())
+            .pivot(on="weights", index=keys, values="value"))
+    if not {"ema", "raw"} <= set(wide.columns):
+        return pl.DataFrame()
+    diffs = wide.drop_nulls(["ema", "raw"]).with_columns(value=pl.col("ema") - pl.col("raw"))
+    return seed_table(diffs, ["family", "variant", "size", "dataset", "split", "metric"])
+
+
+def plateau_table(final: pl.DataFrame) -> pl.DataFrame:
+    """Per run and dataset: each flagged metric, the baseline, the margin below it and the flag."""
+    base = (final.filter(pl.col("metric") == BASELINE_METRIC)
+            .group_by(["run_id", "dataset", "split"]).agg(pl.col("value").mean().alias("baseline")))
+    if base.is_empty():
+        return pl.DataFrame()
+    scored = (final.filter(pl.col("metric").is_in(FLAGGED_METRICS) & pl.col("m").is_null())
+              .group_by(["run_id", *RUN_KEYS, "metric"]).agg(pl.col("value").mean())
+              .join(base, on=["run_id", "dataset", "split"], how="inner"))
+    return (scored.with_columns(margin=pl.col("baseline") - pl.col("value"))
+            .with_columns(plateau=pl.col("margin") < PLATEAU_MARGIN_NATS)
+            .sort(["dataset", "split", "family", "variant", "size", "seed", "metric"]))
+
+
+def flagged(table: pl.DataFrame) -> dict[tuple, str]:
+    """(family, variant, size, dataset, split) -> reason, for every size with a plateau run."""
+    if table.is_empty():
+        return {}
+    out: dict[tuple, str] = {}
+    for row in table.filter(pl.col("plateau")).iter_rows(named=True):
+        key = (row["family"], row["variant"], row["size"], row["dataset"], row["split"])
+        out.setdefault(key, f"{row['family']}/{row['variant']} {row['size']} seed {row['seed']} on the plateau "
+                            f"({row['metric']} {row['value']:.3f} vs unigram {row['baseline']:.3f}, margin "
+                            f"{row['margin']:.3f} < {PLATEAU_MARGIN_NATS})")
+    return out
+
+
+def _reasons(flags: dict[tuple, str], family: str, variant: str, sizes, dataset: str, split: str) -> list[str]:
+    return [flags[k] for k in ((family, variant, s, dataset, split) for s in sizes) if k in flags]
+
+
+def flag_fit(fit, points, flags: dict[tuple, str]):
+    """The fit with status `plateau` (no predictions) when one of its sizes has a plateau run."""
+    lab = fit.labels
+    why = _reasons(flags, lab["family"], lab["variant"], [p.label for p in points], lab["dataset"], lab["split"])
+    if not why or fit.status in ("not_identifiable", "not_fitted"):
+        return fit
+    return dataclasses.replace(fit, status="plateau", predictions=(), reason="; ".join([why[0], fit.reason] if fit.reason else why[:1]))
+
+
+def flag_gap(gap, flags: dict[tuple, str]):
+    """Points on the plateau (family or AR reference) are marked; the trend becomes `plateau`."""
+    ref_family, ref_variant = gap.reference_key
+    points, why = [], []
+    for pt in gap.points:
+        reasons = (_reasons(flags, gap.family, gap.variant, [pt.size], gap.dataset, gap.split)
+                   + _reasons(flags, ref_family, ref_variant, [pt.size], gap.dataset, gap.split))
+        points.append(dataclasses.replace(pt, plateau="; ".join(reasons)))
+        why += reasons
+    if not why:
+        return gap
+    trend = gap.trend
+    if trend.status == "ok":
+        trend = dataclasses.replace(trend, status="plateau", reason=why[0])
+    return dataclasses.replace(gap, points=tuple(points), trend=trend, multipliers=(),
+                               multiplier_reason=f"a run on the plateau ({why[0]})")
+
+
+def flag_ensemble(study, flags: dict[tuple, str]):
+    """The gain trend becomes `plateau` when a size of the study has a plateau run."""
+    why = _reasons(flags, study.family, study.variant, [g.size for g in study.gains], study.dataset, study.split)
+    if not why or study.gain_trend.status != "ok":
+        return study
+    return dataclasses.replace(study, gain_trend=dataclasses.replace(study.gain_trend, status="plateau", reason=why[0]))
+
+
+def flagged_reason(flags: dict[tuple, str], point) -> str:
+    """Why a per-size comparison point (family, variant, size, dataset, split) is on the plateau."""
+    return flags.get((point.family, point.variant, point.size, point.dataset, point.split), "")

@@ -1,0 +1,87 @@
+"""Fair comparisons: plateau runs are flagged not fitted, judges leave, one kind of weights."""
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from analysis import fairness, fit_curves
+from analysis.records import Inputs
+from tests.analysis import synth
+
+BOOT = 100
+SIZES = {k: synth.SIZES[k] for k in ("0.1M", "0.3M", "1M", "3M")}
+
+
+def _with_baseline(frame: pl.DataFrame, flat: tuple[str, str] | None = None) -> pl.DataFrame:
+    """nll_unigram rows 1 nat above each run's nll_l2r; for `flat` = (family, size) just 0.05 above."""
+    l2r = frame.filter(pl.col("metric") == "nll_l2r")
+    margin = pl.lit(1.0)
+    if flat is not None:
+        margin = pl.when((pl.col("family") == flat[0]) & (pl.col("size") == flat[1])).then(0.05).otherwise(1.0)
+    base = l2r.with_columns(metric=pl.lit("nll_unigram"), value=pl.col("value") + margin)
+    return pl.concat([frame, base])
+
+
+def _analyse(frame: pl.DataFrame):
+    return fit_curves.analyse(Inputs(frame, None, ("planted",)), bootstrap=BOOT)
+
+
+def test_a_plateau_run_makes_its_fits_gaps_and_trends_not_ok():
+    frame = _with_baseline(synth.records(families=("ar", "aogpt"), sizes=SIZES), flat=("aogpt", "0.1M"))
+    a = _analyse(frame)
+    fits = {(f.labels["family"], f.labels["metric"]): f for f in a.fits}
+    assert fits[("ar", "nll_l2r")].status == "ok"
+    flat = fits[("aogpt", "nll_anyorder")]
+    assert flat.status == "plateau" and "0.1M" in flat.reason and flat.predictions == ()
+    for gap in a.gaps:
+        assert gap.trend.status == "plateau" and gap.multipliers == ()
+        by_size = {pt.size: pt.plateau for pt in gap.points}
+        assert by_size["0.1M"] and not by_size["1M"]
+    table = a.plateau.filter(pl.col("plateau"))
+    assert set(table["family"]) == {"aogpt"} and set(table["size"]) == {"0.1M"} and table["seed"].n_unique() == 3
+    assert all(e.gain_trend.status != "ok" for e in a.ensembles)
+
+
+def test_without_a_plateau_run_the_same_comparison_is_ok():
+    a = _analyse(_with_baseline(synth.records(families=("ar", "aogpt"), sizes=SIZES)))
+    assert {f.status for f in a.fits if f.labels["metric"] in ("nll_l2r", "nll_anyorder")} == {"ok"}
+    assert {g.trend.status for g in a.gaps} == {"ok"}
+    assert not any(f.labels["metric"] == "nll_unigram" for f in a.fits)  # a baseline is not fitted
+    matched = [pt for pt in a.matched if pt.metric == "nll_anyorder"]
+    assert matched and {pt.status for pt in matched} == {"ok"}
+    assert all(pt.lo <= pt.delta <= pt.hi and pt.delta > 0 for pt in matched)  # aogpt planted above AR
+
+
+def test_judge_runs_enter_no_fit_or_gap():
+    frame = _with_baseline(synth.records(families=("ar", "aogpt"), sizes=SIZES)).with_columns(role=pl.lit("compared"))
+    judge = (frame.filter((pl.col("family") == "ar") & (pl.col("size") == "3M") & (pl.col("seed") == 0))
+             .with_columns(run_id=pl.lit("judge0000000"), seed=pl.lit(9, pl.Int64), value=pl.col("value") * 3,
+                           role=pl.lit("judge")))
+    plain, judged = _analyse(frame), _analyse(pl.concat([frame, judge]))
+    assert fit_curves.fits_json(plain) == fit_curves.fits_json(judged)
+    assert any("judge0000000" in note for note in judged.notes)
+
+
+def test_families_are_compared_on_one_kind_of_weights_and_the_ema_effect_is_paired():
+    raw = synth.records(families=("ar", "aogpt"), sizes=SIZES).with_columns(weights=pl.lit("raw"))
+    ema = raw.with_columns(weights=pl.lit("ema"), value=pl.col("value") - 0.02)
+    chosen, kind, _ = fairness.choose_weights(pl.concat([raw, ema]))
+    assert kind == "ema" and set(chosen["weights"]) == {"ema"}
+    effect = fairness.ema_effect(pl.concat([raw, ema]))
+    assert effect["mean"].to_list() == pytest.approx([-0.02] * len(effect), abs=1e-12)
+    assert set(effect["n"]) == {3}
+    # one run without EMA weights: everyone is compared on raw weights
+    partial = pl.concat([raw, ema.filter(pl.col("run_id") != ema["run_id"][0])])
+    assert fairness.choose_weights(partial)[1] == "raw"
+
+
+def test_the_report_shows_gen_ppl_beside_entropy_and_names_the_judge():
+    from analysis import sections
+
+    rows = [dict(family="aogpt", variant="v", size="1M", estimator="aogpt_kv_linear", steps=8, seed=seed,
+                 metric=metric, value=value + seed, evaluator="judge1")
+            for seed in (0, 1) for metric, value in (("gen_ppl", 30.0), ("gen_entropy", 4.0))]
+    blocks = sections.generation_section(pl.DataFrame(rows))
+    assert "judge1" in blocks[1].text
+    ((*keys, ppl, entropy),) = blocks[2].rows
+    assert ppl.startswith("30.5 [") and ppl.endswith("(n=2)") and entropy.startswith("4.5 [")
