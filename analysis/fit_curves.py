@@ -94,7 +94,7 @@ def analyse(inputs: Inputs, *, bootstrap: int = DEFAULT_BOOTSTRAP, x: str = "n_p
     by_key = {c.key: f for c, f in zip(cells, fits)}
     gaps, gap_notes = compute_gaps(cells, by_key, bootstrap, seed)
     gaps = [fairness.flag_gap(g, flags) for g in gaps]
-    notes += [f"run without eval.parquet: {r}" for r in inputs.missing_runs]
+    notes += [f"run without eval.parquet: {r}" for r in inputs.missing_runs] + list(inputs.notes)
     if plateau.is_empty():
         notes.append("no nll_unigram records: under-training cannot be checked (evaluate with this version)")
     families = sorted(final["family"].unique().to_list())

@@ -94,7 +94,7 @@ def load(paths: list[str | Path]) -> Inputs:
     """Records from study directories and/or files (all validated before anything is written)."""
     if not paths:
         raise RecordsError("paths: no study directory or records file given; pass <study> or files")
-    frames, options, curves, missing, study_dir = [], [], [], [], None
+    frames, options, curves, missing, notes, study_dir = [], [], [], [], [], None
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
@@ -104,6 +104,7 @@ def load(paths: list[str | Path]) -> Inputs:
             options += part["options"]
             curves += part["curves"]
             missing += part["missing"]
+            notes += part["notes"]
         elif path.is_file():
             frames.append(read_file(path))
         else:
@@ -113,24 +114,35 @@ def load(paths: list[str | Path]) -> Inputs:
         raise RecordsError(f"{paths[0]}: the records hold 0 rows; evaluate runs or pass non-empty record files")
     return Inputs(records=records, study_dir=study_dir, sources=tuple(str(p) for p in paths),
                   options=_concat(options) if options else None,
-                  curves=_concat(curves) if curves else None, missing_runs=tuple(missing))
+                  curves=_concat(curves) if curves else None, missing_runs=tuple(missing),
+                  notes=tuple(notes))
 
 
 def _load_study(study: Path) -> dict[str, list]:
     files = sorted(study.glob("runs/*/eval.parquet"))
     if not files:
         raise RecordsError(f"{study}/runs/*/eval.parquet: no records found; evaluate runs or pass record files")
-    out: dict[str, list] = {"frames": [read_file(f) for f in files], "options": [], "curves": [], "missing": []}
+    out: dict[str, list] = {"frames": [read_file(f) for f in files], "options": [], "curves": [], "missing": [],
+                            "notes": []}
+    unevaluated: dict[str, list[str]] = {}
     for run_dir in sorted(p for p in (study / "runs").iterdir() if p.is_dir()):
         if not (run_dir / "eval.parquet").is_file():
             out["missing"].append(f"{run_dir.name} ({_run_state(run_dir)})")
+        for warning in (_read_json(run_dir / "status.json") or {}).get("warnings", []):
+            if str(warning).startswith(UNEVALUATED_PREFIX):
+                unevaluated.setdefault(str(warning)[len(UNEVALUATED_PREFIX):], []).append(run_dir.name)
         opts = _run_options(run_dir)
         if opts is not None:
             out["options"].append(opts)
         curve = _run_curve(run_dir)
         if curve is not None:
             out["curves"].append(curve)
+    out["notes"] = [f"not evaluated in {len(runs)} run(s): {what}" for what, runs in sorted(unevaluated.items())]
     return out
+
+
+# A run's status.json warning for a zero-shot set its suite wanted but could not have (jobs.evaluate).
+UNEVALUATED_PREFIX = "eval: zero-shot set not evaluated: "
 
 
 def _read_json(path: Path) -> dict | None:

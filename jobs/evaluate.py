@@ -75,7 +75,14 @@ def _positive(name: str, value) -> None:
 
 
 def make_settings(suite: str = "quick", **overrides) -> Settings:
-    """Suite `suite` with overrides (k_mc, m_max, n_targets, val_chunks, zero_shot, ...)."""
+    """Suite `suite` with overrides (k_mc, m_max, n_targets, val_chunks, zero_shot, ...).
+
+    `suite` may name its zero-shot sets, `SUITE:SET,SET`: they replace the suite's and are required."""
+    from jobs.datasets import parse_eval_suite
+
+    suite, named = parse_eval_suite(suite)
+    if named and overrides.get("zero_shot") is None:
+        overrides["zero_shot"] = named
     if suite not in SUITES:
         raise InputError(f"--suite: unknown suite {suite!r}; choose one of {list(SUITES)}")
     outer = {k: overrides.pop(k) for k in ("seed", "weights", "seq_len", "data_dir") if k in overrides}
@@ -96,7 +103,7 @@ def _validation(spec, enc, seq_len: int, n: int) -> Dataset:
     from jobs import data
     from jobs.datasets import token_byte_lengths
 
-    tokens = data.token_array(spec.corpus, spec.tokenizer, "validation")
+    tokens = data.token_array(spec.corpus, spec.tokenizer, "validation", spec.text_field)
     chunks = next(data.val_batches(tokens, n, seq_len, n_batches=1))
     n_bytes = int(token_byte_lengths(enc)[chunks.numpy()].sum())
     chunking = (f"first {len(chunks)} non-overlapping {seq_len}-token windows of the validation split "
@@ -108,18 +115,26 @@ def _data_dir(settings: Settings) -> str | None:
     return settings.data_dir or os.environ.get("AOSCALE_DATA") or None
 
 
-def load_datasets(spec, settings: Settings, seq_len: int) -> list[Dataset]:
-    """The run's validation split, then each zero-shot set (when a data folder is known)."""
+def load_datasets(spec, settings: Settings, seq_len: int,
+                  missing: list[str] | None = None) -> list[Dataset]:
+    """The run's validation split, then each zero-shot set (from the data folder or the Hub).
+
+    A set that cannot be had is an error when the caller named the sets; otherwise it is
+    appended to `missing` as "name: reason" (never skipped in silence)."""
     from jobs.data import get_encoding
     from jobs.datasets import load_eval_set
 
     enc = get_encoding(spec.tokenizer)
     out = [_validation(spec, enc, seq_len, settings.suite.val_chunks)]
-    data_dir = _data_dir(settings)
-    if data_dir is None and not settings.require_zero_shot:
-        return out  # no data folder: the suite's default zero-shot sets are skipped
     for name in settings.suite.zero_shot:
-        s = load_eval_set(name, enc, seq_len, data_dir=data_dir, max_chunks=settings.suite.zero_shot_chunks)
+        try:
+            s = load_eval_set(name, enc, seq_len, data_dir=_data_dir(settings),
+                              max_chunks=settings.suite.zero_shot_chunks)
+        except ValueError as error:
+            if settings.require_zero_shot or missing is None:
+                raise
+            missing.append(f"{name}: {str(error)[:300]}")
+            continue
         out.append(Dataset(s.name, s.split, s.chunks, s.n_bytes, s.chunking))
     return out
 
@@ -304,8 +319,9 @@ def evaluate(run_dir: str | Path, suite: str = "quick", **overrides) -> pl.DataF
     model, spec, info = load_run(run_dir, "raw" if settings.weights == "auto" else settings.weights)
     settings = replace(settings, place=placement(spec))
     L = _seq_len(model, settings)
+    missing: list[str] = []
     try:
-        datasets = load_datasets(spec, settings, L)
+        datasets = load_datasets(spec, settings, L, missing)
     except ValueError as error:
         raise InputError(str(error)) from None
     for kind in weight_kinds(spec, settings.weights):
@@ -313,9 +329,21 @@ def evaluate(run_dir: str | Path, suite: str = "quick", **overrides) -> pl.DataF
             model, spec, info = load_run(run_dir, kind)
         ctx = {**run_context(spec, model.count_params(), model.flops_per_token(), info.step, info.weights),
                "eval_seed": settings.seed, **settings.place.columns()}
-        rows += compute_rows(model, spec, datasets, ctx, settings, Path(run_dir))
+        rows += compute_rows(model, spec, datasets, ctx, settings, Path(run_dir), missing)
     rows += unigram_rows(spec, model.vocab_size, datasets, {**ctx, "weights": None})
-    return write_records(run_dir, to_frame(rows), drop=("gen_ppl",) if settings.suite.generate else ())
+    frame = write_records(run_dir, to_frame(rows), drop=("gen_ppl",) if settings.suite.generate else ())
+    _report_missing(Path(run_dir), missing)
+    return frame
+
+
+def _report_missing(run_dir: Path, missing: list[str]) -> None:
+    """Name every zero-shot set the suite wanted but could not have, in status.json and stderr."""
+    from jobs.runfiles import add_status_warning
+
+    for entry in dict.fromkeys(missing):  # once each, though both weight kinds looked
+        message = f"eval: zero-shot set not evaluated: {entry}"
+        print(f"warning: {message}", file=sys.stderr, flush=True)
+        add_status_warning(run_dir, message)
 
 
 def unigram_rows(spec, vocab_size: int, datasets: list[Dataset], ctx: dict) -> list[dict]:
@@ -324,14 +352,16 @@ def unigram_rows(spec, vocab_size: int, datasets: list[Dataset], ctx: dict) -> l
     has learned nothing beyond token frequencies (DESIGN §7: the plateau)."""
     from jobs.unigram import unigram_nll
 
-    return [_row(ctx, ds, "nll_unigram", value=unigram_nll(spec.corpus, spec.tokenizer, vocab_size, ds.chunks),
+    return [_row(ctx, ds, "nll_unigram",
+                 value=unigram_nll(spec.corpus, spec.tokenizer, vocab_size, ds.chunks, spec.text_field),
                  unit="nats/token", n_samples=len(ds.chunks), estimator="unigram_add1_train")
             for ds in datasets]
 
 
 def compute_rows(model, spec, datasets: list[Dataset], ctx: dict, settings: Settings,
-                 run_dir: Path) -> list[dict]:
-    """Every metric of the suite, as record rows."""
+                 run_dir: Path, missing: list[str] | None = None) -> list[dict]:
+    """Every metric of the suite, as record rows (a LAMBADA that cannot be had goes to `missing`
+    unless the sets were named)."""
     rows = []
     autocast = settings.place.autocast() if settings.place else contextlib.nullcontext()
     with torch.no_grad(), autocast:
@@ -340,8 +370,13 @@ def compute_rows(model, spec, datasets: list[Dataset], ctx: dict, settings: Sett
                 rows += metric(model, ds, ctx, settings)
         if settings.suite.infill_span:
             rows += infill_rows(model, datasets[-1 if len(datasets) == 1 else 1], ctx, settings)
-        if settings.suite.lambada and _data_dir(settings):
-            rows += lambada_rows(model, spec, ctx, settings)
+        if settings.suite.lambada:
+            try:
+                rows += lambada_rows(model, spec, ctx, settings)
+            except ValueError as error:
+                if settings.require_zero_shot or missing is None:
+                    raise
+                missing.append(f"lambada_acc: {str(error)[:300]}")
     if settings.suite.generate and ctx["weights"] == weight_kinds(spec, settings.weights)[0]:
         gs = GenSettings(n_samples=settings.suite.gen_samples, seed=settings.seed)
         gen_rows, samples = generation_rows(model, spec, ctx, run_dir, gs=gs)
@@ -355,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The `python -m jobs.evaluate` argument parser."""
     p = Parser(prog="python -m jobs.evaluate", description="Evaluate one run's checkpoint.")
     p.add_argument("--run-dir", required=True)
-    p.add_argument("--suite", default="quick", help="quick | paper")
+    p.add_argument("--suite", default="quick", help="quick | paper | SUITE:SET,SET (named sets required)")
     p.add_argument("--k-mc", type=int_arg, help="MC draws per sequence (permutations / ELBO samples)")
     p.add_argument("--m-max", type=int_arg, help="largest ensemble size M (sweep 1, 2, 4, ..., M)")
     p.add_argument("--n-targets", type=int_arg, help="target slots scored per sequence when ensembling")

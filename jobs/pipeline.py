@@ -25,5 +25,5 @@ def execute_run(run_dir: str | Path, *, handle_signals: bool = False) -> str:
     if state == "done" and rank0 and not (run_dir / EVAL_FILE).exists():
         from jobs.evaluate import evaluate
 
-        evaluate(run_dir)
+        evaluate(run_dir, spec.eval_suite)
     return state

@@ -30,7 +30,7 @@ import torch
 from cli import InputError, parse, run_main
 from jobs import checkpoint as ckpt
 from jobs.allocator import keep_freed_memory
-from jobs.data import Batches, corpus_hash, token_array, tokenizer_hash, val_batches
+from jobs.data import Batches, corpus_hash, data_record, token_array, tokenizer_hash, val_batches
 from jobs.engines import eval_mode, make_engine
 from jobs.preflight import check_run
 from jobs.runfiles import (SPEC_FILE, add_status_warning, atomic_write_text, read_metrics, read_status,
@@ -104,16 +104,17 @@ class Run:
 
 
 def _data(spec: RunSpec) -> tuple[Any, Any]:
-    train_tokens = token_array(spec.corpus, spec.tokenizer, "train")
-    val_tokens = token_array(spec.corpus, spec.tokenizer, "validation")
+    train_tokens = token_array(spec.corpus, spec.tokenizer, "train", spec.text_field)
+    val_tokens = token_array(spec.corpus, spec.tokenizer, "validation", spec.text_field)
     return Batches(train_tokens, spec.batch_size, spec.seq_len, spec.seed), val_tokens
 
 
 def _data_hashes(spec: RunSpec) -> dict[str, Any]:
     return {"corpus": spec.corpus, "tokenizer": spec.tokenizer,
             "tokenizer_hash": tokenizer_hash(spec.tokenizer),
-            "corpus_hash": {split: corpus_hash(spec.corpus, spec.tokenizer, split)
-                            for split in ("train", "validation")}}
+            "corpus_hash": {split: corpus_hash(spec.corpus, spec.tokenizer, split, spec.text_field)
+                            for split in ("train", "validation")},
+            **data_record(spec.corpus, spec.tokenizer, spec.text_field)}
 
 
 def _make_ema(model: torch.nn.Module, engine: Any, rate: float) -> Any:

@@ -42,8 +42,11 @@ def parser() -> argparse.ArgumentParser:
     add("--families", help="comma-separated families, e.g. ar,aogpt,sigma_gpt,mdm")
     add("--sizes", help="comma-separated sizes, e.g. 0.1M,0.3M,1M or 125M,350M,760M")
     add("--seeds", type=int_arg, help="seeds per cell (0..N-1)")
-    add("--tokenizer", help="bytes or gpt2")
-    add("--corpus", help="shakespeare, a local .txt/.jsonl path, or a Hugging Face dataset name")
+    add("--tokenizer", help="bytes, gpt2, a tiktoken encoding (r50k_base, cl100k_base, ...) or hf:PATH")
+    add("--corpus", help="shakespeare, a local dataset (save_to_disk folder; file, folder or glob of "
+                         "parquet/arrow/jsonl/txt) or a Hugging Face dataset name[:config]")
+    add("--text-field", help="the corpus column holding the text (default text)")
+    add("--eval-suite", help="quick, paper, or SUITE:SET,SET (named zero-shot sets are required)")
     add("--seq-len", type=int_arg)
     add("--tokens", type=int_arg, help="training tokens per run (default tokens-per-param x params)")
     add("--tokens-per-param", type=float_arg, help="default 20 (Chinchilla)")
@@ -71,9 +74,9 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-FLAG_KEYS = ("preset", "name", "families", "sizes", "seeds", "tokenizer", "corpus", "seq_len", "tokens",
-             "tokens_per_param", "max_tokens", "batch_size", "lr", "warmup_steps", "max_steps", "network",
-             "ema", "judge")
+FLAG_KEYS = ("preset", "name", "families", "sizes", "seeds", "tokenizer", "corpus", "text_field",
+             "eval_suite", "seq_len", "tokens", "tokens_per_param", "max_tokens", "batch_size", "lr",
+             "warmup_steps", "max_steps", "network", "ema", "judge")
 
 
 def study_from_args(args: argparse.Namespace, world_size: int = 1) -> StudySpec:
