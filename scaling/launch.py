@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from analysis import DEFAULT_BOOTSTRAP
 from jobs.executors import EXECUTORS, Executor, one_line
 from jobs.executors.local import visible_gpus
 
@@ -23,10 +24,10 @@ from . import ledger
 from .backends import BACKENDS, add_flags, check_foreign_flags, float_arg, int_arg
 from .plan import format_plan, plan_rows, refusal, usable_cores
 from .scheduler import Scheduler, submit_runs, to_submit
+from .presets import PRESETS
 from .study import StudyError, StudySpec, build_study, load_toml
 
 STUDIES_ROOT = Path("studies")
-DEFAULT_BOOTSTRAP = 200  # resamples for the report's intervals; enough for a 95 % percentile CI
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,11 +36,19 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def preset_help() -> str:
+    """One line per preset: its name and the first line of its function's docstring."""
+    width = max(len(name) for name in PRESETS)
+    lines = [f"  {name.ljust(width)}  {(fn.__doc__ or '').strip().splitlines()[0]}" for name, fn in PRESETS.items()]
+    return "presets (--preset NAME):\n" + "\n".join(lines)
+
+
 def parser() -> argparse.ArgumentParser:
     """The launch CLI's flags; unset flags are None so presets and TOML files show through."""
-    p = _Parser(prog="python -m scaling.launch", description=__doc__.splitlines()[0])
+    p = _Parser(prog="python -m scaling.launch", description=__doc__.splitlines()[0], epilog=preset_help(),
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     add = p.add_argument
-    add("--preset", help="quickstart, paper, pe, ema, l2r-mix, orders, factorial")
+    add("--preset", help=f"a named study (default quickstart): {', '.join(PRESETS)}; listed below")
     add("--spec", help="study TOML file; flags override it")
     add("--study-dir", help="study directory (default studies/<name>)")
     add("--name", help="study name (default: the preset's name, plus a hash when flags change it)")
@@ -61,7 +70,7 @@ def parser() -> argparse.ArgumentParser:
     add("--max-parallel", type=int_arg, help="runs at once (local: default one per GPU, else 1)")
     add("--max-retries", type=int_arg, default=1, help="retries of a failed run (default 1; ray: per trial too)")
     add("--wait", action="store_true", help="slurm: wait for the jobs, then write the report")
-    add("--bootstrap", type=int_arg, default=DEFAULT_BOOTSTRAP, help="bootstrap resamples of the fits")
+    add("--bootstrap", type=int_arg, default=DEFAULT_BOOTSTRAP, help=f"bootstrap resamples of the fits (default {DEFAULT_BOOTSTRAP})")
     add("--dry-run", action="store_true", help="print the plan and write nothing")
     add("--force", action="store_true", help="run a plan that is too big for this machine anyway")
     add("--no-progress", action="store_true", help="no progress bars")

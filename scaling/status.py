@@ -4,6 +4,9 @@ A study submitted to Slurm gets a `queue` column: the scheduler's state of each 
 (PENDING, RUNNING, COMPLETED, ...; `UNKNOWN` when Slurm cannot be asked, `-` for a run never
 submitted) beside the ledger state.
 
+`--json` prints one JSON object instead: `{"study", "runs": [{column: value}], "counts": {state: n}}`
+(seed, loss and tries as numbers, unknown values as null), for scripts and dashboards.
+
 Exit status: 0 when every run is done, 1 otherwise, 2 when the path holds no study.
 """
 from __future__ import annotations
@@ -93,18 +96,33 @@ def render(rows: list[tuple[str, ...]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines)
 
 
+JSON_NUMBERS = {"seed": int, "loss": float, "tries": int}  # the other columns stay text (`-` -> null)
+
+
+def as_json(study_dir: Path, rows: list[tuple[str, ...]], counts: Counter) -> str:
+    """The `--json` document: every row as an object keyed by column, plus the counts per state."""
+    header = COLUMNS + (QUEUE_COLUMN,) if rows and len(rows[0]) > len(COLUMNS) else COLUMNS
+    runs = [{key: None if cell == "-" else JSON_NUMBERS.get(key, str)(cell) for key, cell in zip(header, row)}
+            for row in rows]
+    return json.dumps({"study": str(study_dir), "runs": runs, "counts": dict(sorted(counts.items()))}, indent=1)
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point."""
     parser = argparse.ArgumentParser(prog="python -m scaling.status", description=__doc__.splitlines()[0])
     parser.add_argument("study", help="study directory")
+    parser.add_argument("--json", action="store_true", help="print one JSON object (runs and counts) instead of the table")
     args = parser.parse_args(argv)
     try:
         rows, counts = table(Path(args.study))
     except StudyError as error:
         print(f"status: {error}", file=sys.stderr)
         return 2
-    print(render(rows))
-    print(f"{len(rows)} runs: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
+    if args.json:
+        print(as_json(Path(args.study), rows, counts))
+    else:
+        print(render(rows))
+        print(f"{len(rows)} runs: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
     return 0 if counts.get("done", 0) == len(rows) else 1
 
 
