@@ -45,6 +45,7 @@ class RunSpec:
     # ---- not hashed: resources, cadence, bookkeeping ----
     engine: str = "torch"
     zero_stage: int = 2
+    deepspeed_config: str = ""  # the user's DeepSpeed overlay as canonical JSON (jobs.ds_config)
     eval_every: int = 0  # 0 = only at the end
     checkpoint_every: int = 0  # 0 = only at the end
     keep_checkpoints: int = 2
@@ -113,7 +114,7 @@ class RunSpec:
 
 
 UNHASHED_FIELDS = (
-    "engine", "zero_stage", "eval_every", "checkpoint_every", "keep_checkpoints",
+    "engine", "zero_stage", "deepspeed_config", "eval_every", "checkpoint_every", "keep_checkpoints",
     "log_every", "study", "variant", "tracking",
 )
 HASHED_FIELDS = tuple(f.name for f in dataclasses.fields(RunSpec) if f.name not in UNHASHED_FIELDS)

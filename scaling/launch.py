@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis import DEFAULT_BOOTSTRAP
+from jobs import ds_config
 from jobs.executors import EXECUTORS, Executor, one_line
 from jobs.executors.local import visible_gpus
 
@@ -66,6 +67,8 @@ def parser() -> argparse.ArgumentParser:
     add("--warmup-steps", type=int_arg)
     add("--max-steps", type=int_arg, help="cap every run's steps (changes run ids; smoke tests)")
     add("--engine", help="torch or deepspeed")
+    add("--deepspeed-config", help="DeepSpeed config overlay (.json/.toml): offload, buckets, activation "
+        "checkpointing, communication; implies --engine deepspeed; run ids unchanged")
     add("--backend", default="local", help=f"executor: {', '.join(EXECUTORS)}")
     add("--max-parallel", type=int_arg, help="runs at once (local: default one per GPU, else 1)")
     add("--max-retries", type=int_arg, default=1, help="retries of a failed run (default 1; ray: per trial too)")
@@ -90,8 +93,8 @@ def study_from_args(args: argparse.Namespace, world_size: int = 1) -> StudySpec:
     run ids do not change)."""
     flags: dict[str, Any] = {key: getattr(args, key) for key in FLAG_KEYS}
     engine = "deepspeed" if world_size > 1 else args.engine
-    if engine is not None:
-        flags["resources"] = {"engine": engine}
+    resources = {"engine": engine, ds_config.FIELD: args.deepspeed_config}
+    flags["resources"] = {key: value for key, value in resources.items() if value is not None} or None
     toml = load_toml(args.spec) if args.spec else None
     return build_study(flags, toml)
 

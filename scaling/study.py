@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from jobs import ds_config
 from jobs.data import canonical_corpus
 from jobs.spec import ENGINES, HASHED_FIELDS, RunSpec, ZERO_STAGES, canonical_json
 from models.ladder import parse_sizes
@@ -26,7 +27,7 @@ TOKENIZERS = ("bytes", "gpt2")
 STRUCTURAL = {"family", "size", "steps", "lr", "warmup_steps", "model_options", "tokenizer", "corpus",
               "seq_len", "batch_size", "ema", "seed"}
 RUN_OVERRIDES = tuple(name for name in HASHED_FIELDS if name not in STRUCTURAL)
-RESOURCES = ("engine", "zero_stage", "eval_every", "checkpoint_every", "keep_checkpoints", "log_every")
+RESOURCES = ("engine", "zero_stage", ds_config.FIELD, "eval_every", "checkpoint_every", "keep_checkpoints", "log_every")
 BUDGET_KEYS = tuple(f.name for f in fields(Budget))
 SETTING_KEYS = ("name", "preset", "families", "arms", "sizes", "seeds", "tokenizer", "corpus", "run",
                 "resources") + BUDGET_KEYS
@@ -188,6 +189,7 @@ def _check_tables(settings: dict[str, Any]) -> None:
 def _expand(settings: dict[str, Any], name: str) -> list[Cell]:
     """Every (size, seed, arm) cell as a RunSpec, size-major so small runs finish first."""
     _check_tables(settings)
+    settings["resources"] = ds_config.with_overlay(settings.get("resources", {}))
     arms, seeds, budget = _arms(settings), _seeds(settings), _budget(settings)
     for arm in arms:
         check_arm(arm)
