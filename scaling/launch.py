@@ -69,6 +69,8 @@ def parser() -> argparse.ArgumentParser:
     add("--engine", help="torch or deepspeed")
     add("--deepspeed-config", help="DeepSpeed config overlay (.json/.toml): offload, buckets, activation "
         "checkpointing, communication; implies --engine deepspeed; run ids unchanged")
+    add("--wandb", nargs="?", const=True, metavar="PROJECT", help="log every run to wandb (project: the "
+        "study's unless given); online when logged in; a study file's [tracking] table sets more")
     add("--backend", default="local", help=f"executor: {', '.join(EXECUTORS)}")
     add("--max-parallel", type=int_arg, help="runs at once (local: default one per GPU, else 1)")
     add("--max-retries", type=int_arg, default=1, help="retries of a failed run (default 1; ray: per trial too)")
@@ -95,6 +97,8 @@ def study_from_args(args: argparse.Namespace, world_size: int = 1) -> StudySpec:
     engine = "deepspeed" if world_size > 1 else args.engine
     resources = {"engine": engine, ds_config.FIELD: args.deepspeed_config}
     flags["resources"] = {key: value for key, value in resources.items() if value is not None} or None
+    if args.wandb is not None:
+        flags["tracking"] = {"wandb": True, **({"project": args.wandb} if isinstance(args.wandb, str) else {})}
     toml = load_toml(args.spec) if args.spec else None
     return build_study(flags, toml)
 

@@ -16,6 +16,7 @@ from typing import Any
 from jobs import ds_config
 from jobs.data import canonical_corpus
 from jobs.spec import ENGINES, HASHED_FIELDS, RunSpec, ZERO_STAGES, canonical_json
+from jobs.tracking import check_tracking
 from models.ladder import parse_sizes
 
 from .arms import Arm, arm_from_dict, check_arm, check_family, default_arm
@@ -30,8 +31,8 @@ RUN_OVERRIDES = tuple(name for name in HASHED_FIELDS if name not in STRUCTURAL)
 RESOURCES = ("engine", "zero_stage", ds_config.FIELD, "eval_every", "checkpoint_every", "keep_checkpoints", "log_every")
 BUDGET_KEYS = tuple(f.name for f in fields(Budget))
 SETTING_KEYS = ("name", "preset", "families", "arms", "sizes", "seeds", "tokenizer", "corpus", "run",
-                "resources") + BUDGET_KEYS
-RESULT_KEYS = tuple(k for k in SETTING_KEYS if k not in ("name", "resources"))
+                "resources", "tracking") + BUDGET_KEYS
+RESULT_KEYS = tuple(k for k in SETTING_KEYS if k not in ("name", "resources", "tracking"))
 
 
 class StudyError(ValueError):
@@ -115,13 +116,13 @@ def _choose_preset(given: dict[str, Any]) -> str | None:
 
 
 def _merge(layers: list[dict[str, Any]]) -> dict[str, Any]:
-    """Later layers win key by key; the `run` and `resources` tables merge field by field."""
+    """Later layers win key by key; the `run`, `resources` and `tracking` tables merge field by field."""
     out: dict[str, Any] = {}
     for layer in layers:
         for key, value in layer.items():
             if value is None:
                 continue
-            if key in ("run", "resources"):
+            if key in ("run", "resources", "tracking"):
                 out[key] = {**out.get(key, {}), **value}
             else:
                 out[key] = value
@@ -190,6 +191,8 @@ def _expand(settings: dict[str, Any], name: str) -> list[Cell]:
     """Every (size, seed, arm) cell as a RunSpec, size-major so small runs finish first."""
     _check_tables(settings)
     settings["resources"] = ds_config.with_overlay(settings.get("resources", {}))
+    if settings.get("tracking"):
+        settings["tracking"] = check_tracking(settings["tracking"])
     arms, seeds, budget = _arms(settings), _seeds(settings), _budget(settings)
     for arm in arms:
         check_arm(arm)
@@ -203,7 +206,7 @@ def _expand(settings: dict[str, Any], name: str) -> list[Cell]:
 
 def _cell(arm: Arm, size: str, seed: int, settings: dict, budget: Budget, name: str) -> Cell:
     plan = schedule(size, budget)
-    tracking = {f"factor_{k}": v for k, v in arm.factors}
+    tracking = {**settings.get("tracking", {}), **{f"factor_{k}": v for k, v in arm.factors}}
     spec = RunSpec(
         family=arm.family, size=size, steps=plan.steps, lr=plan.lr, warmup_steps=plan.warmup_steps,
         model_options=arm.options, tokenizer=settings["tokenizer"],
