@@ -47,6 +47,7 @@ class Flag:
     help: str
     type: Callable[[str], Any] = str
     repeat: bool = False
+    switch: bool = False  # a flag without a value (True when given)
 
     @property
     def dest(self) -> str:
@@ -62,6 +63,7 @@ class Backend:
     executor: Callable[[Any, Path], Executor]
     detached: bool = False  # jobs outlive the launcher: return after submitting unless --wait
     world_size: Callable[[Any], int] = field(default=lambda options: 1)
+    describe: Callable[[Any, Path, int], str] | None = None  # --dry-run: what would be submitted for n runs
 
     def options(self, args: argparse.Namespace) -> Any:
         """The validated options; StudyError (one line, field and fix) on bad input."""
@@ -91,10 +93,18 @@ def _slurm(args: argparse.Namespace, given: dict[str, Any]) -> Any:
         given["time_min"] = parse_time_min(given["time_min"])
     if "additional" in given:
         given["additional"] = parse_additional(given["additional"])
+    if "setup" in given:
+        given["setup"] = tuple(given["setup"])
     options = SlurmOptions(**given)
     _check_engine(args, _slurm_world_size(options))
-    validate_slurm_options(options)
+    validate_slurm_options(options, check_partition=not args.dry_run)  # a dry run needs no controller
     return options
+
+
+def _slurm_describe(options: Any, study_dir: Path, n_runs: int) -> str:
+    from jobs.executors.slurm import render_submission  # noqa: PLC0415
+
+    return render_submission(options, study_dir, n_runs)
 
 
 def _slurm_world_size(options: Any) -> int:
@@ -127,6 +137,13 @@ SLURM_FLAGS = (
     Flag("cpus-per-task", "cpus_per_task", "CPUs per task (default 1)", int_arg),
     Flag("mem", "mem", "memory per node, e.g. 16G"),
     Flag("slurm-array-parallelism", "array_parallelism", "array tasks at once (default 64)", int_arg),
+    Flag("slurm-setup", "setup", "shell line run before each task, e.g. 'module load cuda' (repeatable)",
+         repeat=True),
+    Flag("slurm-exclusive", "exclusive", "whole nodes to each task (sbatch --exclusive)", switch=True),
+    Flag("slurm-signal-delay", "signal_delay_s", "seconds before the time limit that USR2 asks the run to "
+         "checkpoint and requeue (default 90)", int_arg),
+    Flag("slurm-mail-type", "mail_type", "sbatch --mail-type, e.g. END,FAIL"),
+    Flag("slurm-mail-user", "mail_user", "sbatch --mail-user"),
     Flag("slurm-additional", "additional", "extra sbatch option key=value (repeatable)", repeat=True),
 )
 RAY_FLAGS = (
@@ -139,7 +156,7 @@ RAY_FLAGS = (
 
 BACKENDS: dict[str, Backend] = {
     "local": Backend((), _local, lambda options, study_dir: get_executor("local", **options)),
-    "slurm": Backend(SLURM_FLAGS, _slurm, detached=True, world_size=_slurm_world_size,
+    "slurm": Backend(SLURM_FLAGS, _slurm, detached=True, world_size=_slurm_world_size, describe=_slurm_describe,
                      executor=lambda options, study_dir: get_executor("slurm", study_dir=study_dir, options=options)),
     "ray": Backend(RAY_FLAGS, _ray,
                    executor=lambda options, study_dir: get_executor("ray", study_dir=study_dir, options=options)),
@@ -153,6 +170,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
             continue
         group = parser.add_argument_group(f"--backend {name}")
         for flag in backend.flags:
+            if flag.switch:
+                group.add_argument(f"--{flag.name}", dest=flag.dest, action="store_const", const=True, help=flag.help)
+                continue
             action = "append" if flag.repeat else "store"
             group.add_argument(f"--{flag.name}", dest=flag.dest, type=flag.type, action=action, help=flag.help)
 

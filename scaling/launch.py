@@ -198,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     has_gpu = bool(visible_gpus())
     if args.dry_run:
         print(format_plan(study, rows, usable_cores(), has_gpu))
+        describe = BACKENDS[args.backend].describe
+        if describe is not None:
+            todo = [r for r in study.run_ids if ledger.view(study_dir, r).state != "done"]
+            print(describe(options, study_dir, len(todo)))
         return 0
     why = None if (has_gpu or args.force or args.backend != "local") else refusal(study, rows, usable_cores())
     if why:

@@ -50,6 +50,9 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str]:
     (["--backend", "slurm", "--slurm-additional", "exclusive"], "slurm_additional: 'exclusive' is not key=value"),
     (["--backend", "slurm", "--nodes", "2", "--gpus-per-node", "4", "--engine", "torch"], "engine: torch"),
     (["--backend", "slurm", "--nodes", "two"], "argument --nodes: 'two' is not an integer"),
+    (["--backend", "slurm", "--slurm-mail-type", "END,LUNCH"], "slurm_mail_type: unknown type 'LUNCH'"),
+    (["--backend", "slurm", "--slurm-time", "5", "--slurm-signal-delay", "300"], "slurm_signal_delay: 300 s"),
+    (["--backend", "slurm", "--slurm-setup", " "], "slurm_setup: ' ' must be one non-empty shell line"),
     (["--backend", "ray", "--ray-address", "127.0.0.1:1"], "ray_address: cannot reach 127.0.0.1:1"),
     (["--backend", "ray", "--ray-address", "nowhere"], "ray_address: 'nowhere' is not host:port"),
     (["--backend", "ray", "--cpus-per-trial", "0"], "cpus_per_trial: 0.0 must be > 0"),
@@ -64,6 +67,28 @@ def test_bad_backend_flags_exit_2_with_one_line_and_create_nothing(argv, start, 
     assert code == 2
     assert err.count("\n") == 1 and err.startswith(f"launch: {start}"), err
     assert "fix:" in err or "see --help" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+SLURM_HABITS = ["--slurm-partition", "gpu", "--nodes", "2", "--gpus-per-node", "8", "--slurm-time", "2:00:00",
+                "--slurm-setup", "module load cuda/12.4", "--slurm-setup", "source ~/venv/bin/activate",
+                "--slurm-exclusive", "--slurm-signal-delay", "300", "--slurm-mail-type", "end,fail",
+                "--slurm-mail-user", "me@lab.org"]
+
+
+def test_slurm_dry_run_renders_the_script_and_array_plan_without_a_controller(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-slurm-here"))  # no sinfo, sbatch, squeue
+    assert launch.main(["--backend", "slurm", *SLURM_HABITS, "--study-dir", "study", "--dry-run", *TINY]) == 0
+    out = capsys.readouterr().out
+    assert "slurm: one job array of 2 task(s) (runs not done), at most 2 at once; each task 2 node(s) x 8 srun task(s)" in out
+    flags = [line for line in out.splitlines() if line.startswith("#SBATCH")]
+    for flag in ("--array=0-1%2", "--exclusive", "--mail-type=END,FAIL", "--mail-user=me@lab.org", "--nodes=2",
+                 "--ntasks-per-node=8", "--gpus-per-node=8", "--partition=gpu", "--signal=USR2@300", "--time=120"):
+        assert f"#SBATCH {flag}" in flags, flag
+    setup = out.split("# setup\n", 1)[1].splitlines()
+    assert setup[:2] == ["module load cuda/12.4", "source ~/venv/bin/activate"]  # before aoscale's own line
+    assert "srun --unbuffered" in out
     assert list(tmp_path.iterdir()) == []
 
 
