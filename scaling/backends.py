@@ -119,8 +119,10 @@ def _check_engine(args: argparse.Namespace, world_size: int) -> None:
 
 
 def _ray(args: argparse.Namespace, given: dict[str, Any]) -> Any:
-    from jobs.executors.ray_tune import RayOptions, validate_ray_options  # noqa: PLC0415
+    from jobs.executors.ray_tune import RayOptions, parse_env, validate_ray_options  # noqa: PLC0415
 
+    if "env" in given:
+        given["env"] = parse_env(given["env"])
     options = RayOptions(max_retries=args.max_retries, **given)
     validate_ray_options(options)
     return options
@@ -147,9 +149,15 @@ SLURM_FLAGS = (
     Flag("slurm-additional", "additional", "extra sbatch option key=value (repeatable)", repeat=True),
 )
 RAY_FLAGS = (
-    Flag("ray-address", "address", "Ray cluster host:port (default: start a local Ray)"),
+    Flag("ray-address", "address", "Ray cluster to join: auto (the one `ray start` runs here) or host:port "
+         "(default: start a local Ray)"),
+    Flag("ray-working-dir", "working_dir", "code folder shipped to the workers when joining a cluster "
+         "(default: this aoscale checkout)"),
+    Flag("ray-env", "env", "environment variable KEY=VALUE for every trial (repeatable; AOSCALE_*, "
+         "WANDB_*, HF_* and OMP_NUM_THREADS are passed on anyway)", repeat=True),
     Flag("cpus-per-trial", "cpus_per_trial", "CPUs per run (default 1)", float_arg),
-    Flag("gpus-per-trial", "gpus_per_trial", "GPUs per run (default 0)", float_arg),
+    Flag("gpus-per-trial", "gpus_per_trial", "GPUs per run: 0 (default) to 1; a run spanning GPUs needs "
+         "--backend slurm", float_arg),
     Flag("ray-num-cpus", "num_cpus", "CPUs of a locally started Ray (default: all)", int_arg),
     Flag("max-concurrent-trials", "max_concurrent", "runs at once (default: as resources allow)", int_arg),
 )

@@ -56,6 +56,8 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str]:
     (["--backend", "ray", "--ray-address", "127.0.0.1:1"], "ray_address: cannot reach 127.0.0.1:1"),
     (["--backend", "ray", "--ray-address", "nowhere"], "ray_address: 'nowhere' is not host:port"),
     (["--backend", "ray", "--cpus-per-trial", "0"], "cpus_per_trial: 0.0 must be > 0"),
+    (["--backend", "ray", "--gpus-per-trial", "8"], "gpus_per_trial: 8 GPUs for a trial that trains in one process"),
+    (["--backend", "ray", "--ray-env", "NOVALUE"], "ray_env: 'NOVALUE' is not KEY=VALUE"),
     (["--backend", "ray", "--max-concurrent-trials", "-1"], "max_concurrent_trials: -1 must be >= 0"),
     (["--backend", "ray", "--wait"], "wait: --backend ray always waits"),
     (["--slurm-partition", "debug"], "slurm-partition: only used with --backend slurm"),
@@ -99,6 +101,16 @@ def test_unknown_partition_is_refused_naming_the_valid_ones(tmp_path, capsys):
     assert code == 2 and err.count("\n") == 1
     assert err.startswith("launch: slurm_partition: unknown partition 'nope'; fix: use one of debug")
     assert not (tmp_path / "s").exists()
+
+
+def test_ray_address_auto_without_a_cluster_exits_2_naming_the_fix(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "no-ray"))
+    code, err = run_cli(["--backend", "ray", "--ray-address", "auto", *TINY], capsys)
+    assert code == 2 and err == ("launch: ray_address: auto found no Ray cluster on this machine; fix: start one "
+                                 "with `ray start --head` (or give host:port)\n")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_ray_backend_without_ray_exits_2(tmp_path):
