@@ -265,8 +265,8 @@ class SlurmHandle:
         """
         while not self.done():
             time.sleep(poll_s)
-        try:
-            return str(self.job.result())
+        try:  # results(): one per srun task (job.result() refuses multi-task jobs); rank 0's decides
+            return str(self.job.results()[0])
         except Exception as exc:  # noqa: BLE001 - submitit raises several types for a dead job
             self.error = (f"slurm job {self.job_id} ended {self.queue_state} without a result "
                           f"({type(exc).__name__}); log: {self.job.paths.stdout}")
