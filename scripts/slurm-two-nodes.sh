@@ -21,12 +21,14 @@ NS2=aoscale-n2
 CLUSTER=aoscale2
 MAIN_DIR=${AOSCALE_SLURM_DIR:-${TMPDIR:-/tmp}/aoscale-slurm}  # scripts/slurm-cluster.sh's state
 DB_SOCKET=$MAIN_DIR/mysqlrun/mysqld.sock
-DB_PASSWORD=aoscale-ci
 CLIENTS="sbatch squeue sacct scancel scontrol sinfo sacctmgr"
 T0=$SECONDS
 
 say() { echo "[slurm-two-nodes $((SECONDS - T0))s] $*" >&2; }
 fail() { say "ERROR: $*"; exit 1; }
+# shellcheck source=scripts/slurm-lib.sh
+. "$(dirname "$0")/slurm-lib.sh"
+
 # in NS CMD...: run CMD in network namespace NS with DIR/hosts as its /etc/hosts (unlike
 # `ip netns exec`, this keeps /sys and its cgroup mounts, which slurmd needs)
 in_ns() {
@@ -37,22 +39,6 @@ in_ns() {
 }
 in1() { in_ns "$NS1" "$@"; }
 in2() { in_ns "$NS2" "$@"; }
-
-until_ok() {
-    local deadline=$((SECONDS + $1))
-    shift
-    while ! "$@" >/dev/null 2>&1; do
-        [ $SECONDS -lt $deadline ] || return 1
-        sleep 0.3
-    done
-}
-
-running() {
-    local pid
-    [ -s "$1" ] || return 1
-    pid=$(cat "$1")
-    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ]
-}
 
 make_network() {
     ip netns add "$NS1"
@@ -74,55 +60,18 @@ write_conf() {
 # written by aoscale scripts/slurm-two-nodes.sh
 ClusterName=$CLUSTER
 SlurmctldHost=$(hostname -s)(10.213.0.1)
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-AuthInfo=cred_expire=10
-CredType=cred/munge
-MpiDefault=none
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SwitchType=switch/none
-SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0,bf_interval=1,sched_interval=2
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SlurmdParameters=config_overrides
-AccountingStorageType=accounting_storage/slurmdbd
-AccountingStorageHost=localhost
-JobAcctGatherType=jobacct_gather/linux
-JobCompType=jobcomp/none
-ReturnToService=2
+$(slurm_common_conf)
 StateSaveLocation=$DIR/ctld
 SlurmdSpoolDir=$DIR/slurmd-%n
 SlurmctldPidFile=$DIR/pids/slurmctld.pid
 SlurmdPidFile=$DIR/pids/slurmd-%n.pid
 SlurmctldLogFile=$DIR/logs/slurmctld.log
 SlurmdLogFile=$DIR/logs/slurmd-%n.log
-InactiveLimit=0
-KillWait=5
-MinJobAge=600
-Waittime=0
-SlurmctldTimeout=30
-SlurmdTimeout=30
 NodeName=n1 NodeAddr=10.213.0.1 CPUs=2 RealMemory=2048 State=UNKNOWN
 NodeName=n2 NodeAddr=10.213.0.2 CPUs=2 RealMemory=2048 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
-    (umask 077; cat >"$DIR/slurmdbd.conf" <<EOF
-AuthType=auth/munge
-DbdHost=localhost
-DbdAddr=127.0.0.1
-SlurmUser=root
-PidFile=$DIR/pids/slurmdbd.pid
-LogFile=$DIR/logs/slurmdbd.log
-StorageType=accounting_storage/mysql
-StorageHost=localhost
-StorageUser=slurm
-StoragePass=$DB_PASSWORD
-StorageLoc=slurm_acct_db
-EOF
-    )
+    write_slurmdbd_conf "$DIR/slurmdbd.conf" "$DIR/pids/slurmdbd.pid" "$DIR/logs/slurmdbd.log"
     local client
     for client in $CLIENTS; do
         printf '#!/bin/sh\nexec nsenter --net=/run/netns/%s /usr/bin/%s "$@"\n' "$NS1" "$client" >"$DIR/bin/$client"
@@ -150,15 +99,6 @@ cmd_start() {
     in2 slurmd -N n2
     until_ok 90 nodes_idle || fail "nodes not idle: $(in1 sinfo -h -N -o '%N %T' | tr '\n' ' ') (logs: $DIR/logs)"
     say "cluster $CLUSTER up: n1 10.213.0.1 and n2 10.213.0.2 idle"
-}
-
-stop_daemon() {
-    local pid i
-    running "$1" "$2" || return 0
-    pid=$(cat "$1")
-    kill -TERM "$pid" 2>/dev/null || true
-    for i in $(seq 50); do [ -d "/proc/$pid" ] || break; sleep 0.2; done
-    [ -d "/proc/$pid" ] && kill -KILL "$pid" 2>/dev/null || true
 }
 
 cmd_stop() {

@@ -9,12 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from jobs.runfiles import read_metrics, read_status
-from jobs.train import train
 from scaling import launch
 from scaling.study import build_study
+from tests.jobs.cluster_runs import train_here
 
 REPO = Path(__file__).resolve().parents[2]
 STUDY = {"families": "ar", "sizes": "0.1M", "seeds": 1, "max_steps": 6, "seq_len": 32, "batch_size": 4}
@@ -90,12 +89,7 @@ def test_a_real_deepspeed_run_takes_the_overlay_and_matches_the_torch_engine(ove
     assert manifest["engine_config"]["gradient_clipping"] == spec.grad_clip  # generated keys kept
 
     reference = tmp_path / "torch"
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        assert train(reference, spec.replace(engine="torch", deepspeed_config="")) == "done"
-    finally:
-        torch.set_num_threads(threads)
+    train_here(reference, spec.replace(engine="torch", deepspeed_config=""))
     ds = {r["step"]: r["loss"] for r in read_metrics(run_dir, "train")}
     ref = {r["step"]: r["loss"] for r in read_metrics(reference, "train")}
     assert sorted(ds) == sorted(ref) == list(range(1, 7))

@@ -18,13 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 
 from jobs.executors.slurm import SlurmExecutor, SlurmOptions
 from jobs.runfiles import read_metrics
 from jobs.spec import RunSpec
-from jobs.train import train
-from tests.jobs.cluster_runs import PIPELINE, make_run, running_at, status, training_starts, wait_until
+from tests.jobs.cluster_runs import (PIPELINE, make_run, running_at, status, train_here, training_starts,
+                                     wait_until)
 from tests.jobs.test_slurm import PROBLEM
 
 pytest.importorskip("deepspeed")
@@ -92,12 +91,7 @@ def test_zero3_run_across_two_nodes_is_signalled_requeued_and_resumes_exactly(tm
     assert nodes and set(nodes) == {"n[1-2]"}, nodes  # both nodes, on both attempts
 
     reference = tmp_path / "reference"
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        assert train(reference, spec.replace(engine="torch")) == "done"
-    finally:
-        torch.set_num_threads(threads)
+    train_here(reference, spec.replace(engine="torch"))
     got = {r["step"]: r["loss"] for r in read_metrics(run, "train")}
     want = {r["step"]: r["loss"] for r in read_metrics(reference, "train")}
     assert sorted(got) == sorted(want) == list(range(1, STEPS + 1))
