@@ -28,37 +28,12 @@ import torch
 
 from jobs.allocator import keep_freed_memory
 from jobs.records import record, run_context, to_frame, write_records
+from jobs.suites import SUITES, Suite
 from models import likelihood as lk
 
 EVAL_SEED = 20240917  # any fixed number; recorded in every row as eval_seed
 EVAL_BATCH = 8  # sequences per forward pass
 LN2 = math.log(2.0)
-
-
-@dataclass(frozen=True)
-class Suite:
-    """What a suite measures and how many samples it spends."""
-
-    val_chunks: int  # validation windows of the run's own corpus
-    k_mc: int  # MC draws per sequence (permutations, ELBO noise draws)
-    m_max: int  # ensemble sweep M = 1, 2, 4, ..., m_max
-    n_targets: int  # scored target slots per sequence for ensembling
-    ensemble_chunks: int  # sequences ensembling is run on
-    zero_shot: tuple[str, ...]  # eval sets (jobs.datasets) used when a data folder is set
-    zero_shot_chunks: int | None  # chunks per eval set (None = all)
-    lambada: bool = False
-    infill_span: int = 0  # middle-span length in tokens; 0 = no infilling benchmark
-    generate: bool = False
-    gen_samples: int = 16  # samples drawn per step count when `generate`
-
-
-SUITES: dict[str, Suite] = {
-    "quick": Suite(val_chunks=8, k_mc=4, m_max=4, n_targets=8, ensemble_chunks=4,
-                   zero_shot=("wikitext2",), zero_shot_chunks=4),
-    "paper": Suite(val_chunks=256, k_mc=16, m_max=8, n_targets=32, ensemble_chunks=32,
-                   zero_shot=("wikitext2", "ptb", "lm1b", "lambada"), zero_shot_chunks=None,
-                   lambada=True, infill_span=16, generate=True),
-}
 
 
 class InputError(ValueError):
@@ -203,9 +178,11 @@ def _default_estimator(model) -> str:
 
 
 def elbo_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
-    """nll_elbo_mdlm, nll_elbo_kdce, and nll_anyorder = the family's default estimator."""
+    """nll_elbo_mdlm, nll_elbo_kdce (+ nll_elbo_sedd for a sedd model: SEDD's own score-entropy
+    bound), and nll_anyorder = the family's default estimator (its loss when mdlm/kdce, else the
+    kdce bound of its softmax-normalised logits; the `estimator` column says which)."""
     k, rows = settings.suite.k_mc, []
-    for est in lk.ESTIMATORS:
+    for est in lk.elbo_estimators(model):
         g = generator(settings.seed, ds.name, f"nll_elbo_{est}")
         draws = torch.cat([lk.mdm_elbo_draws(model, b, k, est, g) for b in _batches(ds.chunks)])
         rows.append(_mc_row(ctx, ds, f"nll_elbo_{est}", draws, est, k_mc=k))
@@ -299,23 +276,48 @@ def _seq_len(model, settings: Settings) -> int:
     return L
 
 
+def weight_kinds(spec, weights: str) -> tuple[str, ...]:
+    """Which weights to score: `auto` scores both the EMA and the raw weights of an EMA run (the
+    `weights` column says which each row used), and the raw weights otherwise."""
+    if weights != "auto":
+        return (weights,)
+    return ("ema", "raw") if spec.ema > 0 else ("raw",)
+
+
 def evaluate(run_dir: str | Path, suite: str = "quick", **overrides) -> pl.DataFrame:
     """Evaluate the run's checkpoint with a suite; writes and returns run_dir/eval.parquet's rows.
 
     Overrides: k_mc, m_max, n_targets, val_chunks, ensemble_chunks, zero_shot (names),
-    zero_shot_chunks, seed, weights (auto|ema|raw), seq_len, data_dir.
+    zero_shot_chunks, seed, weights (auto|ema|raw), seq_len, data_dir. Besides the family's
+    metrics, each dataset gets its `nll_unigram` baseline (a property of the data, weights null).
     """
     settings = make_settings(suite, **overrides)
-    model, spec, info = load_run(run_dir, settings.weights)
+    rows: list[dict] = []
+    model, spec, info = load_run(run_dir, "raw" if settings.weights == "auto" else settings.weights)
     L = _seq_len(model, settings)
     try:
         datasets = load_datasets(spec, settings, L)
     except ValueError as error:
         raise InputError(str(error)) from None
-    ctx = {**run_context(spec, model.count_params(), model.flops_per_token(), info.step, info.weights),
-           "eval_seed": settings.seed}
-    rows = compute_rows(model, spec, datasets, ctx, settings, Path(run_dir))
-    return write_records(run_dir, to_frame(rows))
+    for kind in weight_kinds(spec, settings.weights):
+        if kind != info.weights:
+            model, spec, info = load_run(run_dir, kind)
+        ctx = {**run_context(spec, model.count_params(), model.flops_per_token(), info.step, info.weights),
+               "eval_seed": settings.seed}
+        rows += compute_rows(model, spec, datasets, ctx, settings, Path(run_dir))
+    rows += unigram_rows(spec, model.vocab_size, datasets, {**ctx, "weights": None})
+    return write_records(run_dir, to_frame(rows), drop=("gen_ppl",) if settings.suite.generate else ())
+
+
+def unigram_rows(spec, vocab_size: int, datasets: list[Dataset], ctx: dict) -> list[dict]:
+    """nll_unigram per dataset: the cross-entropy (nats/token) of the training split's add-one-
+    smoothed unigram distribution on that dataset's evaluated chunks. A model not clearly below it
+    has learned nothing beyond token frequencies (DESIGN §7: the plateau)."""
+    from jobs.unigram import unigram_nll
+
+    return [_row(ctx, ds, "nll_unigram", value=unigram_nll(spec.corpus, spec.tokenizer, vocab_size, ds.chunks),
+                 unit="nats/token", n_samples=len(ds.chunks), estimator="unigram_add1_train")
+            for ds in datasets]
 
 
 def compute_rows(model, spec, datasets: list[Dataset], ctx: dict, settings: Settings,
@@ -330,11 +332,13 @@ def compute_rows(model, spec, datasets: list[Dataset], ctx: dict, settings: Sett
             rows += infill_rows(model, datasets[-1 if len(datasets) == 1 else 1], ctx, settings)
         if settings.suite.lambada and _data_dir(settings):
             rows += lambada_rows(model, spec, ctx, settings)
-    if settings.suite.generate:
-        from jobs.generate import GenSettings, generation_rows
+    if settings.suite.generate and ctx["weights"] == weight_kinds(spec, settings.weights)[0]:
+        from jobs.generate import GenSettings, generation_rows, write_samples
 
         gs = GenSettings(n_samples=settings.suite.gen_samples, seed=settings.seed)
-        rows += generation_rows(model, spec, ctx, run_dir, gs=gs)[0]
+        gen_rows, samples = generation_rows(model, spec, ctx, run_dir, gs=gs)
+        write_samples(run_dir, samples)  # the judge scores them later if it is not trained yet
+        rows += gen_rows
     return rows
 
 

@@ -2,9 +2,13 @@
 
 `python -m jobs.generate --run-dir DIR [--n-samples N] [--steps 64,128] ...` writes
 `run_dir/samples.parquet` (one row per sample) and merges these records into eval.parquet:
-  gen_ppl       per-sample exp(mean NLL) under an evaluator AR (the study's largest AR run with
-                the same tokenizer, or --evaluator-run); value = mean, se = std / sqrt(n)
-                (std = se * sqrt(n_samples)); `evaluator` = its run id
+  gen_ppl       per-sample exp(mean NLL) under the judge: an AR run that is not one of the compared
+                runs (the study's dedicated judge run, `spec.judge`, or --judge-run); value = mean,
+                se = std / sqrt(n); `evaluator` = the judge's run id. A model scoring its own
+                samples pays no KL term, so no compared run ever judges. When the judge has no
+                checkpoint yet, `score_samples` adds the rows later from samples.parquet.
+  gen_entropy   per-sample unigram entropy of the generated tokens (nats/token), mean and se:
+                repetitive text shows as low entropy beside a flattering gen_ppl
   gen_time_s    wall seconds to generate the n samples (batched), per step count
   gen_self_nll  decoders only: samples decoded k tokens per step (linear schedule) scored by the
                 same model along their decode order, per k (`tokens_per_step`): the cost of the
@@ -25,7 +29,6 @@ import torch
 
 from jobs.records import record, run_context, to_frame, write_records
 from jobs.runfiles import atomic_write_bytes
-from models import get_shape
 from models import likelihood as lk
 from models import sampling as sm
 
@@ -69,42 +72,52 @@ def _method(model, gs: GenSettings) -> str:
     return "ar_kv" if model.family == "ar" else f"aogpt_kv_{gs.schedule}"
 
 
-# ---- evaluator ---------------------------------------------------------------------------------
-def _shape_params(size: str) -> int:
-    shape = get_shape(size)
-    return 12 * shape.n_layer * shape.d_model ** 2  # Kaplan's non-embedding N ≈ 12 L d²
+# ---- the judge ---------------------------------------------------------------------------------
+def judge_dir(run_dir: Path, spec, judge_run: str | Path | None = None) -> Path | None:
+    """The judge's run directory: --judge-run, else the spec's (a sibling run id or a path)."""
+    chosen = judge_run or spec.judge
+    if not chosen:
+        return None
+    path = Path(chosen)
+    return path if path.is_absolute() or len(path.parts) > 1 else Path(run_dir).parent / chosen
 
 
-def find_evaluator(run_dir: Path, spec, length: int) -> Path | None:
-    """The largest AR run beside this one (same tokenizer, context >= length, a checkpoint)."""
+def load_judge(run_dir: Path, spec, length: int, judge_run: str | Path | None = None):
+    """(model, run id) of the judge; (None, None) when there is none or it has no checkpoint yet.
+
+    ValueError when the judge cannot judge: not an AR run, another tokenizer, a shorter context,
+    or one of the compared runs of this study."""
     from jobs.checkpoint import latest_valid
+    from jobs.evaluate import load_run
     from jobs.spec import RunSpec
 
-    best = None
-    for path in sorted(run_dir.parent.glob("*/spec.json")):
-        try:
-            other = RunSpec.load(path)
-        except (ValueError, OSError):
-            continue
-        fits = other.family == "ar" and other.tokenizer == spec.tokenizer and other.seq_len >= length
-        if fits and latest_valid(path.parent) is not None:
-            key = (_shape_params(other.size), other.steps, other.run_id)
-            best = max(best, (key, path.parent)) if best else (key, path.parent)
-    return None if best is None else best[1]
-
-
-def load_evaluator(run_dir: Path, spec, length: int, evaluator_run: str | Path | None):
-    """(model, run id) of the evaluator, or (None, None) when the study has no AR run."""
-    from jobs.evaluate import load_run
-
-    path = Path(evaluator_run) if evaluator_run else find_evaluator(run_dir, spec, length)
+    path = judge_dir(run_dir, spec, judge_run)
     if path is None:
         return None, None
-    model, other, _ = load_run(path, "auto")
-    if other.tokenizer != spec.tokenizer or model.seq_len < length:
-        raise ValueError(f"--evaluator-run: {path} must use tokenizer {spec.tokenizer!r} and a "
+    try:
+        other = RunSpec.load(path / "spec.json")
+    except (OSError, ValueError):
+        raise ValueError(f"--judge-run: {path} is not a run directory with a valid spec.json") from None
+    if other.family != "ar" or other.tokenizer != spec.tokenizer or other.seq_len < length:
+        raise ValueError(f"--judge-run: {path} must be an AR run with tokenizer {spec.tokenizer!r} and a "
                          f"context of at least {length}")
+    if other.role != "judge" and other.study == spec.study or other.run_id == spec.run_id:
+        raise ValueError(f"--judge-run: {path} is a compared run of study {spec.study!r}; a model cannot "
+                         "judge its own comparison (use the study's judge run or one from another study)")
+    if latest_valid(path) is None:
+        return None, None
+    model, other, _ = load_run(path, "auto")
     return model, other.run_id
+
+
+def unigram_entropy(samples: torch.Tensor) -> torch.Tensor:
+    """Entropy (nats) of each sample's token frequencies: [N, L] -> [N]; a constant sample has 0."""
+    out = []
+    for row in samples:
+        p = torch.bincount(row).double()
+        p = p[p > 0] / row.numel()
+        out.append(-(p * p.log()).sum())
+    return torch.stack(out)
 
 
 # ---- measurement -------------------------------------------------------------------------------
@@ -133,11 +146,11 @@ def self_nll_rows(model, ctx, gs: GenSettings, length: int) -> list[dict]:
 
 
 def generation_rows(model, spec, ctx: dict, run_dir: Path, seed: int = GEN_SEED,
-                    gs: GenSettings | None = None, evaluator_run=None) -> tuple[list[dict], list[dict]]:
+                    gs: GenSettings | None = None, judge_run=None) -> tuple[list[dict], list[dict]]:
     """(record rows, sample rows) for every step count of `gs`."""
     gs = gs or GenSettings(seed=seed)
     length = gs.length or model.seq_len
-    evaluator, evaluator_id = load_evaluator(Path(run_dir), spec, length, evaluator_run)
+    evaluator, evaluator_id = load_judge(Path(run_dir), spec, length, judge_run)
     steps_list = (length,) if model.family == "ar" else gs.steps
     rows, samples = [], []
     for steps in steps_list:
@@ -147,6 +160,8 @@ def generation_rows(model, spec, ctx: dict, run_dir: Path, seed: int = GEN_SEED,
         elapsed = time.perf_counter() - start
         extra = dict(steps=out.steps, estimator=_method(model, gs))  # the steps run, not those asked for
         rows.append(_gen_record(ctx, "gen_time_s", elapsed, "s", gs.n_samples, **extra))
+        value, se = _mean_se(unigram_entropy(out.tokens))
+        rows.append(_gen_record(ctx, "gen_entropy", value, "nats/token", gs.n_samples, se=se, **extra))
         if evaluator is not None:
             value, se = _mean_se(lk.sample_ppl(evaluator, out.tokens))
             rows.append(_gen_record(ctx, "gen_ppl", value, "ppl", gs.n_samples, se=se, evaluator=evaluator_id,
@@ -175,8 +190,40 @@ def write_samples(run_dir: Path, samples: list[dict]) -> None:
     atomic_write_bytes(run_dir / SAMPLES_FILE, buffer.getvalue())
 
 
+def score_samples(run_dir: str | Path, judge_run: str | Path | None = None) -> pl.DataFrame | None:
+    """Add gen_ppl rows for samples.parquet under the judge (rows the run's own generation could
+    not write because its judge was not trained yet). None when there is nothing to score."""
+    from jobs.records import read_records
+
+    run_dir = Path(run_dir)
+    if not (run_dir / SAMPLES_FILE).exists():
+        return None
+    from jobs.spec import RunSpec
+
+    spec = RunSpec.load(run_dir / "spec.json")
+    records = read_records(run_dir)
+    if not records.filter(pl.col("metric") == "gen_ppl").is_empty():
+        return None  # scored already
+    samples = pl.read_parquet(run_dir / SAMPLES_FILE)
+    length = int(samples["tokens"].list.len().max())
+    judge, judge_id = load_judge(run_dir, spec, length, judge_run)
+    if judge is None:
+        return None
+    timed = records.filter(pl.col("metric") == "gen_time_s")
+    rows = []
+    for (method, steps), group in samples.group_by(["method", "steps"], maintain_order=True):
+        base = timed.filter((pl.col("estimator") == method) & (pl.col("steps") == steps)).row(0, named=True)
+        ctx = {k: v for k, v in base.items() if k not in ("dataset", "split", "metric", "value", "se", "n_samples",
+                                                           "m", "unit", "estimator", "steps", "evaluator")}
+        with torch.no_grad():
+            value, se = _mean_se(lk.sample_ppl(judge, torch.tensor(group.sort("sample")["tokens"].to_list())))
+        rows.append(_gen_record(ctx, "gen_ppl", value, "ppl", len(group), se=se, evaluator=judge_id,
+                                steps=steps, estimator=method))
+    return write_records(run_dir, to_frame(rows))
+
+
 def generate(run_dir: str | Path, gs: GenSettings = GenSettings(), weights: str = "auto",
-             evaluator_run: str | Path | None = None) -> pl.DataFrame:
+             judge_run: str | Path | None = None) -> pl.DataFrame:
     """Sample from the run, write samples.parquet, merge records into eval.parquet."""
     from jobs.evaluate import InputError, load_run
 
@@ -188,11 +235,11 @@ def generate(run_dir: str | Path, gs: GenSettings = GenSettings(), weights: str 
     ctx = {**run_context(spec, model.count_params(), model.flops_per_token(), info.step, info.weights),
            "eval_seed": gs.seed}
     try:
-        rows, samples = generation_rows(model, spec, ctx, run_dir, gs=gs, evaluator_run=evaluator_run)
+        rows, samples = generation_rows(model, spec, ctx, run_dir, gs=gs, judge_run=judge_run)
     except ValueError as error:
         raise InputError(str(error)) from None
     write_samples(run_dir, samples)
-    return write_records(run_dir, to_frame(rows))
+    return write_records(run_dir, to_frame(rows), drop=("gen_ppl",))  # new samples: old scores are stale
 
 
 # ---- CLI ---------------------------------------------------------------------------------------
@@ -221,7 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--tokens-per-step", default="1,2,4,8", help="decoders: joint-vs-marginal sweep")
-    p.add_argument("--evaluator-run", help="AR run directory that scores samples (default: largest AR)")
+    p.add_argument("--judge-run", "--evaluator-run", dest="judge_run",
+                   help="AR run directory that scores samples (default: the study's judge run); never a "
+                        "compared run of the same study")
     p.add_argument("--weights", default="auto")
     p.add_argument("--seed", type=int, default=GEN_SEED)
     return p
@@ -253,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
 
     def action() -> str:
-        frame = generate(args.run_dir, settings_from_args(args), args.weights, args.evaluator_run)
+        frame = generate(args.run_dir, settings_from_args(args), args.weights, args.judge_run)
         return f"wrote {SAMPLES_FILE} and {len(frame)} records to {args.run_dir}"
 
     return run_cli(action)

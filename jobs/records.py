@@ -8,7 +8,8 @@ number can be traced to how it was measured:
   steps          sampling steps (generation rows)
   tokens_per_step  parallel tokens per step (joint-vs-marginal rows)
   evaluator      run id of the model that scored samples (gen_ppl)
-  weights        ema | raw
+  weights        ema | raw (null for properties of the data: nll_unigram)
+  role           compared | judge (the judge scores generated samples and enters no fit or gap)
   chunking       how the dataset was cut into sequences
   eval_seed      the seed all evaluation randomness derives from
 `se` is the Monte-Carlo standard error given the evaluated sequences (null for exact values);
@@ -37,12 +38,12 @@ CONTRACT_SCHEMA: dict[str, pl.DataType] = {
 EXTRA_SCHEMA: dict[str, pl.DataType] = {
     "estimator": pl.String, "k_mc": pl.Int64, "n_targets": pl.Int64, "steps": pl.Int64,
     "tokens_per_step": pl.Int64, "evaluator": pl.String, "weights": pl.String,
-    "chunking": pl.String, "eval_seed": pl.Int64,
+    "chunking": pl.String, "eval_seed": pl.Int64, "role": pl.String,
 }
 SCHEMA = {**CONTRACT_SCHEMA, **EXTRA_SCHEMA}
 UNITS = ("nats/token", "bits/byte", "ppl", "s", "fraction")
 # A new evaluation replaces earlier rows with the same key (latest setting wins per estimator).
-REPLACE_KEY = ("dataset", "split", "metric", "estimator")
+REPLACE_KEY = ("dataset", "split", "metric", "estimator", "weights")
 
 
 def run_context(spec, counts: dict[str, int], flops_per_token: int, step: int, weights: str) -> dict[str, Any]:
@@ -56,7 +57,7 @@ def run_context(spec, counts: dict[str, int], flops_per_token: int, step: int, w
         "study": spec.study, "run_id": spec.run_id, "family": spec.family, "variant": spec.variant,
         "size": spec.size, "n_params": int(counts["core"]), "n_params_family": int(counts["family_non_embedding"]),
         "tokens": tokens, "flops": float(flops_per_token) * tokens, "seed": spec.seed, "step": int(step),
-        "weights": weights, **factor_columns(spec),
+        "weights": weights, "role": spec.role, **factor_columns(spec),
     }
 
 
@@ -104,9 +105,14 @@ def merge_records(old: pl.DataFrame, new: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([kept, new], how="diagonal")  # factor columns may be new
 
 
-def write_records(run_dir: str | Path, new: pl.DataFrame) -> pl.DataFrame:
-    """Merge `new` into run_dir/eval.parquet atomically (temp + fsync + rename); returns all rows."""
-    merged = merge_records(read_records(run_dir), new)
+def write_records(run_dir: str | Path, new: pl.DataFrame, drop: tuple[str, ...] = ()) -> pl.DataFrame:
+    """Merge `new` into run_dir/eval.parquet atomically (temp + fsync + rename); returns all rows.
+
+    Old rows of the metrics in `drop` go too (e.g. gen_ppl of samples that were just replaced)."""
+    old = read_records(run_dir)
+    if drop and not old.is_empty():
+        old = old.filter(~pl.col("metric").is_in(list(drop)))
+    merged = merge_records(old, new)
     buffer = io.BytesIO()
     merged.write_parquet(buffer)
     atomic_write_bytes(Path(run_dir) / EVAL_FILE, buffer.getvalue())

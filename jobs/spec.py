@@ -1,8 +1,10 @@
 """The run spec: one frozen record of everything that defines a training run.
 
 `run_id` hashes only the fields that change results (`HASHED_FIELDS`); resources (engine, ZeRO
-stage, checkpoint cadence), bookkeeping (study, variant label) and tracking names are carried
-beside them but never enter the hash, so moving a run to another backend keeps its identity.
+stage, checkpoint cadence), bookkeeping (study, variant label, role, judge) and tracking names are
+carried beside them but never enter the hash, so moving a run to another backend keeps its
+identity. `model_options` holds every model option resolved, defaults included (the study
+resolves them), so changing a default changes the run ids it affects.
 """
 from __future__ import annotations
 
@@ -53,6 +55,8 @@ class RunSpec:
     study: str = ""
     variant: str = ""
     tracking: tuple[tuple[str, Any], ...] = ()
+    role: str = "compared"  # compared | judge (scores others' samples; in no fit or gap)
+    judge: str = ""  # the run that scores this run's samples: a sibling run id or a run directory
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model_options", _freeze(self.model_options))
@@ -115,8 +119,9 @@ class RunSpec:
 
 UNHASHED_FIELDS = (
     "engine", "zero_stage", "deepspeed_config", "eval_every", "checkpoint_every", "keep_checkpoints",
-    "log_every", "study", "variant", "tracking",
+    "log_every", "study", "variant", "tracking", "role", "judge",
 )
+ROLES = ("compared", "judge")
 HASHED_FIELDS = tuple(f.name for f in dataclasses.fields(RunSpec) if f.name not in UNHASHED_FIELDS)
 
 

@@ -9,7 +9,8 @@ All values are nats per token. Definitions (DESIGN.md §4):
   family (AR directly, the identity order for decoders, x_{>=k} masked for an MDM).
 - `anyorder_draws`: K uniform permutations per sequence, exact NLL for each (decoders).
 - `mdm_elbo_draws`: K noise draws per sequence of the `mdlm` (t ~ U) or `kdce` (k ~ U{1..L})
-  ELBO estimator; both have the expectation of DESIGN §4's sum over mask sizes.
+  ELBO estimator (both have the expectation of DESIGN §4's sum over mask sizes, computed from the
+  softmax of the logits), or, for a `sedd` model, SEDD's own score-entropy bound (`sedd`).
 - `ensemble_logprobs` + `ensemble_losses`: context-order ensembling (official
   eval_ppl_AOGPT_ensemble.py): for target slot i, the base order plus M-1 shuffles of its prefix
   σ[:i]; loss_i = -log(mean_j p_j).
@@ -194,7 +195,27 @@ def _kdce_draw(model, tokens, generator):
     return nll.sum(1) / k
 
 
-ELBO_DRAWS = {"mdlm": _mdlm_draw, "kdce": _kdce_draw}
+def _sedd_draw(model, tokens, generator):
+    """SEDD's own bound: t ~ U(eps, 1), (1-eps) x dσ̄/dt x score entropy over masked positions / L.
+
+    Defined for `loss=sedd` models only (their logits are trained as scores). The omitted pieces
+    are the [0, eps] part and the prior term at t = 1 (a token is still unmasked w.p. eps), each
+    O(eps) per token."""
+    from .families.mdm import sedd_entropy
+
+    B, L = tokens.shape
+    eps = model.options["eps"]
+    t = eps + (1 - eps) * torch.rand(B, generator=generator, device=tokens.device)
+    return (1 - eps) * sedd_entropy(model, tokens, t, generator) / L
+
+
+ELBO_DRAWS = {"mdlm": _mdlm_draw, "kdce": _kdce_draw, "sedd": _sedd_draw}
+
+
+def elbo_estimators(model) -> tuple[str, ...]:
+    """The bounds an MDM reports: mdlm and kdce (softmax of its logits) for every loss, plus SEDD's
+    own score-entropy bound for a `sedd` model."""
+    return ESTIMATORS + (("sedd",) if model.options["loss"] == "sedd" else ())
 
 
 @torch.no_grad()
@@ -203,8 +224,9 @@ def mdm_elbo_draws(model, tokens: torch.Tensor, k_mc: int, estimator: str = "kdc
     """Per-token NLL upper bound [B, K]: K draws of the `mdlm` or `kdce` ELBO estimator."""
     _require(model, ("mdm",), "the ELBO")
     _check_positive("k_mc", k_mc)
-    if estimator not in ELBO_DRAWS:
-        raise ValueError(f"estimator: unknown MDM ELBO estimator {estimator!r}; valid: {list(ELBO_DRAWS)}")
+    if estimator not in elbo_estimators(model):
+        raise ValueError(f"estimator: MDM ELBO estimator {estimator!r} is not defined for this model; "
+                         f"valid: {list(elbo_estimators(model))}")
     B, L = tokens.shape
     rows = tokens.repeat_interleave(k_mc, dim=0)
     draw = ELBO_DRAWS[estimator]

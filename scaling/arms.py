@@ -1,8 +1,11 @@
-"""Arms: one family with one variant (its non-size, non-seed model options plus EMA).
+"""Arms: one family with one variant (its formulation options), inside a study's network and EMA.
 
-A study crosses arms with sizes and seeds. Each arm carries a human label (the `RunSpec.variant`,
-e.g. `adaln+ema0.9999+mix:0.1`) and, for ablations, its factor levels (`pe`, `ema`, `l2r_mix`,
-`order`) so analysis can compute main effects without parsing labels.
+A study crosses arms with sizes and seeds. The network (norm, QK-norm, head tying: the options
+every family shares) and the EMA rate are study settings applied to every arm alike (DESIGN §7);
+an arm overrides them only explicitly (`network=`, network keys in `options`, or `ema=`), and the
+override shows in its label. Each arm carries a human label (the `RunSpec.variant`, e.g.
+`adaln+mix:0.1`) and, for ablations, its factor levels (`pe`, `ema`, `l2r_mix`, `order`,
+`network`) so analysis can compute main effects without parsing labels.
 """
 from __future__ import annotations
 
@@ -10,33 +13,59 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import models
+from models.families.base import COMMON_OPTIONS
 
 # Option keys shown first in labels, in this order; other options follow as key=value.
 LABEL_KEYS = ("target_pe", "loss", "ema", "order")
 PAPER_EMA = 0.9999  # AO-GPT's EMA rate (scxue/AO-GPT-MDM configs; REFERENCES.md)
 PAPER_L2R_MIX = "mix:0.1"  # AO-GPT's "CL_0.1": 10 % of sequences left-to-right
 
+# The network options every family shares (the core's): a study setting, not a family's.
+NETWORK_KEYS = tuple(COMMON_OPTIONS)
+# Named networks. gpt2: LayerNorm, tied head (Radford et al. 2019; the families' defaults).
+# official: the AO-GPT code's RMSNorm (eps 1e-5), per-head QK RMSNorm, untied head with bias
+# (scxue/AO-GPT-MDM; REFERENCES.md).
+NETWORKS: dict[str, dict[str, Any]] = {
+    "gpt2": {key: default for key, (default, _) in COMMON_OPTIONS.items()},
+    "official": {"norm": "rmsnorm", "qk_norm": True, "tie_head": False},
+}
+
 
 @dataclass(frozen=True)
 class Arm:
-    """A family with fixed model options and EMA rate; `factors` are its ablation levels."""
+    """A family with its formulation options; `factors` are its ablation levels.
+
+    `ema` None and `network` None take the study's; a value is an explicit, labelled override.
+    """
 
     family: str
     options: tuple[tuple[str, Any], ...] = ()
-    ema: float = 0.0
+    ema: float | None = None
     factors: tuple[tuple[str, Any], ...] = ()
     label: str = field(default="", compare=False)
+    network: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", _pairs(self.options))
         object.__setattr__(self, "factors", _pairs(self.factors))
         if not self.label:
-            object.__setattr__(self, "label", make_label(dict(self.options), self.ema, dict(self.factors)))
+            object.__setattr__(self, "label", make_label(dict(self.options), self.ema, dict(self.factors),
+                                                         self.network))
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain-JSON form (the TOML `[[arms]]` table has the same keys)."""
-        return {"family": self.family, "options": dict(self.options), "ema": self.ema,
-                "factors": dict(self.factors), "label": self.label}
+        """Plain-JSON form (the TOML `[[arms]]` table has the same keys; None values left out)."""
+        out = {"family": self.family, "options": dict(self.options), "ema": self.ema,
+               "factors": dict(self.factors), "label": self.label, "network": self.network}
+        return {k: v for k, v in out.items() if v is not None}
+
+    def model_options(self, network: dict[str, Any]) -> dict[str, Any]:
+        """The options this arm builds its model with: the study's network, then the arm's own."""
+        own = NETWORKS[self.network] if self.network else {}
+        return {**network, **own, **dict(self.options)}
+
+    def ema_rate(self, study_ema: float) -> float:
+        """The arm's EMA rate: its own override, else the study's."""
+        return study_ema if self.ema is None else self.ema
 
 
 def _pairs(value: Any) -> tuple[tuple[str, Any], ...]:
@@ -44,26 +73,49 @@ def _pairs(value: Any) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted((str(k), v) for k, v in items))
 
 
-def make_label(options: dict[str, Any], ema: float, factors: dict[str, Any]) -> str:
-    """`adaln+ema0.9999+mix:0.1`: label keys first, `ema0` only where EMA is an ablated factor."""
+def make_label(options: dict[str, Any], ema: float | None, factors: dict[str, Any],
+               network: str | None = None) -> str:
+    """`adaln+mix:0.1`: label keys first; an explicit EMA or network override is shown
+    (`ema0.999`, `net:gpt2`), the study's own never is."""
     shown = dict(options)
-    if ema or "ema" in factors:
+    if ema is not None:
         shown["ema"] = f"ema{ema:g}"
-    parts = [str(shown.pop(key)) for key in LABEL_KEYS if key in shown]
+    parts = [f"net:{network}"] if network else []
+    parts += [str(shown.pop(key)) for key in LABEL_KEYS if key in shown]
     parts += [f"{key}={shown[key]}" for key in sorted(shown)]
     return "+".join(parts) or "base"
 
 
-# The default variant of each family (`--families ar,aogpt` without a preset).
+def network_options(value: Any) -> dict[str, Any]:
+    """A study's `network` setting (a name in NETWORKS or a table of NETWORK_KEYS) as options."""
+    if isinstance(value, str):
+        if value not in NETWORKS:
+            raise ValueError(f"network: unknown network {value!r}; valid: {', '.join(NETWORKS)} "
+                             f"or a table of {', '.join(NETWORK_KEYS)}")
+        return dict(NETWORKS[value])
+    if not isinstance(value, dict) or set(value) - set(NETWORK_KEYS):
+        raise ValueError(f"network: expected a name ({', '.join(NETWORKS)}) or a table with keys "
+                         f"{', '.join(NETWORK_KEYS)}; got {value!r}")
+    return {**NETWORKS["gpt2"], **value}
+
+
+def network_name(options: dict[str, Any]) -> str:
+    """The name of the network these resolved options use, or `key=value,...` when unnamed."""
+    chosen = {key: options.get(key) for key in NETWORK_KEYS}
+    for name, network in NETWORKS.items():
+        if network == chosen:
+            return name
+    return ",".join(f"{key}={value}" for key, value in chosen.items())
+
+
+# The default variant of each family (`--families ar,aogpt` without a preset): formulation only;
+# network and EMA come from the study.
 DEFAULT_ARMS: dict[str, Arm] = {
     "ar": Arm("ar"),
-    "aogpt": Arm("aogpt", {"target_pe": "adaln", "order": PAPER_L2R_MIX}, ema=PAPER_EMA),
+    "aogpt": Arm("aogpt", {"target_pe": "adaln", "order": PAPER_L2R_MIX}),
     "sigma_gpt": Arm("sigma_gpt", {"target_pe": "input", "order": "uniform"}),
     "mdm": Arm("mdm", {"loss": "mdlm"}),
 }
-
-# Official AO-GPT network details (REFERENCES.md): RMSNorm, per-head QK RMSNorm, untied head.
-OFFICIAL_AOGPT_OPTIONS = {"norm": "rmsnorm", "qk_norm": True, "tie_head": False}
 
 
 def default_arm(family: str) -> Arm:
@@ -78,24 +130,33 @@ def check_family(family: str) -> None:
         raise ValueError(f"families: unknown family {family!r}; valid: {', '.join(models.FAMILIES)}")
 
 
-def check_arm(arm: Arm) -> None:
-    """Validate the family and its options against the model's option schema (no model built)."""
+def resolve_arm(arm: Arm, network: dict[str, Any]) -> dict[str, Any]:
+    """Every model option of the arm's runs, defaults included (what run ids hash); ValueError
+    naming the option when one is unknown or invalid (no model built)."""
     check_family(arm.family)
+    if arm.network is not None and arm.network not in NETWORKS:
+        raise ValueError(f"network: unknown network {arm.network!r} in an arm; valid: {', '.join(NETWORKS)}")
     schema = models.FAMILIES[arm.family].OPTIONS
     try:
-        models.families.base.resolve_options(arm.family, schema, dict(arm.options))
+        return models.families.base.resolve_options(arm.family, schema, arm.model_options(network))
     except ValueError as error:
         raise ValueError(f"options: {error}") from None
-    if not 0 <= arm.ema < 1:
-        raise ValueError(f"ema: rate {arm.ema} must be in [0, 1) (0 = off; e.g. 0.9999)")
+
+
+def check_ema(rate: Any, where: str = "ema") -> float:
+    """A valid EMA rate in [0, 1) (0 = off)."""
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
+        raise ValueError(f"{where}: rate {rate!r} must be a number in [0, 1) (0 = off; e.g. 0.9999)")
+    return float(rate)
 
 
 def arm_from_dict(data: dict[str, Any]) -> Arm:
     """An arm from a TOML `[[arms]]` table; unknown keys are errors."""
-    known = {"family", "options", "ema", "factors", "label"}
+    known = {"family", "options", "ema", "factors", "label", "network"}
     unknown = sorted(set(data) - known)
     if unknown or "family" not in data:
         raise ValueError(f"arms: each [[arms]] table needs 'family' and may have {sorted(known - {'family'})}; "
                          f"got {sorted(data)}")
-    return Arm(data["family"], data.get("options", {}), float(data.get("ema", 0.0)),
-               data.get("factors", {}), data.get("label", ""))
+    ema = data.get("ema")
+    return Arm(data["family"], data.get("options", {}), None if ema is None else check_ema(ema, "arms.ema"),
+               data.get("factors", {}), data.get("label", ""), data.get("network"))

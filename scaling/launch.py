@@ -66,9 +66,14 @@ def parser() -> argparse.ArgumentParser:
     add("--lr", type=float_arg, help="peak learning rate (default: the rung's rule)")
     add("--warmup-steps", type=int_arg)
     add("--max-steps", type=int_arg, help="cap every run's steps (changes run ids; smoke tests)")
+    add("--network", help="the network every family trains on: gpt2 (LayerNorm, tied head) or official "
+                          "(AO-GPT's RMSNorm + QK-norm + untied head); default: the preset's")
+    add("--ema", type=float_arg, help="EMA rate applied to every family (0 = off; default: the preset's)")
+    add("--judge-run", dest="judge", help="AR run directory that scores generated samples "
+                                          "(default: a dedicated judge run when the suite generates)")
     add("--engine", help="torch or deepspeed")
-    add("--deepspeed-config", help="DeepSpeed config overlay (.json/.toml): offload, buckets, activation "
-        "checkpointing, communication; implies --engine deepspeed; run ids unchanged")
+    add("--deepspeed-config", help="DeepSpeed config overlay (.json/.toml): ZeRO offload and buckets, "
+        "communication, profiling; implies --engine deepspeed; run ids unchanged")
     add("--wandb", nargs="?", const=True, metavar="PROJECT", help="log every run to wandb (project: the "
         "study's unless given); online when logged in; a study file's [tracking] table sets more")
     add("--backend", default="local", help=f"executor: {', '.join(EXECUTORS)}")
@@ -85,7 +90,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 FLAG_KEYS = ("preset", "name", "families", "sizes", "seeds", "tokenizer", "corpus", "seq_len", "tokens",
-             "tokens_per_param", "max_tokens", "batch_size", "lr", "warmup_steps", "max_steps")
+             "tokens_per_param", "max_tokens", "batch_size", "lr", "warmup_steps", "max_steps", "network",
+             "ema", "judge")
 
 
 def study_from_args(args: argparse.Namespace, world_size: int = 1) -> StudySpec:
@@ -164,6 +170,7 @@ def finish(args: argparse.Namespace, study: StudySpec, study_dir: Path, final: d
         if state != "done":
             print(f"  {run_id} {state}: {ledger.view(study_dir, run_id).reason}")
     all_done = counts.get("done", 0) == len(final)
+    judge_pass(study_dir, [r for r, state in final.items() if state == "done"])
     if args.no_report or not counts.get("done"):
         return 0 if all_done else 1
     try:
@@ -174,6 +181,19 @@ def finish(args: argparse.Namespace, study: StudySpec, study_dir: Path, final: d
         return 1
     print(f"report: {report_dir / 'report.md'} (and report.html)")
     return 0 if all_done else 1
+
+
+def judge_pass(study_dir: Path, run_ids: list[str]) -> None:
+    """Score generated samples that were drawn before the study's judge run had finished."""
+    from jobs.generate import score_samples  # noqa: PLC0415 - needs torch; only after training
+
+    for run_id in run_ids:
+        run_dir = ledger.run_dir(study_dir, run_id)
+        if (run_dir / "samples.parquet").exists():
+            try:
+                score_samples(run_dir)
+            except ValueError as error:
+                print(f"  {run_id}: samples not judged ({one_line(error)})", file=sys.stderr)
 
 
 def write_report(study_dir: Path, bootstrap: int) -> Path:

@@ -18,7 +18,7 @@ from jobs import runfiles
 from jobs.executors import lock_held
 from jobs.spec import RunSpec
 
-from .study import StudyError, StudySpec
+from .study import STUDY_FORMAT, StudyError, StudySpec
 
 STUDY_FILE = "study.json"
 RUNS_DIR = "runs"
@@ -47,6 +47,11 @@ def check_study_dir(study_dir: str | Path, study: StudySpec) -> None:
     if path.exists() and not path.is_dir():
         raise StudyError(f"study-dir: {path} is a file; pass a folder with --study-dir")
     existing = read_study(path)
+    if existing is not None and existing.get("format", 1) != STUDY_FORMAT:
+        raise StudyError(f"study-dir: {path} was written by another aoscale version (study format "
+                         f"{existing.get('format', 1)}, this one writes {STUDY_FORMAT}: run ids now hash every "
+                         f"resolved model option); its runs stay readable by analysis.fit_curves; "
+                         f"launch into a new --study-dir")
     if existing is not None and existing.get("hash") != study.study_hash:
         raise StudyError(f"study-dir: {path} holds a different study ({existing.get('name')}, hash "
                          f"{existing.get('hash')} != {study.study_hash}); pass another --study-dir")

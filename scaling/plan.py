@@ -1,15 +1,25 @@
 """The dry-run planner: one row per run, totals, GPU-hours and the CPU feasibility estimate.
 
 FLOPs use the analytic count of `models.ladder` (the shape's GPT-2 core plus output head,
-forward + backward); no model is built, so planning thousands of runs takes well under a second.
+forward + backward). Each row shows both parameter conventions: `params`, the shape's core (what
+fits compare at matched shape), and `params_family`, the family's own non-embedding count
+(conditioning, time MLP and an untied head included), counted on a model built on the `meta`
+device (no memory), once per distinct (family, options, size).
 """
 from __future__ import annotations
 
+import functools
+import json
 import os
 from dataclasses import dataclass
 
+import torch
+
+from models import build_model
+from models.families.base import shapes_only
 from models.ladder import core_params, get_shape, train_flops_per_token
 
+from .arms import network_name
 from .study import StudySpec
 
 VOCAB_SIZES = {"bytes": 257, "gpt2": 50257}  # 256 bytes + EOT; GPT-2's 50,257 (Radford et al. 2019)
@@ -34,18 +44,31 @@ class PlanRow:
     tokens: int
     flops: float
     steps: int
+    network: str = ""
+    ema: float = 0.0
+    params_family: int = 0
+    role: str = "compared"
+
+
+@functools.lru_cache(maxsize=None)
+def family_params(family: str, size: str, options_json: str, vocab: int, seq_len: int) -> int:
+    """The family's own non-embedding parameters at this size, from a model on the meta device."""
+    with torch.device("meta"), shapes_only():
+        model = build_model(family, size, vocab_size=vocab, seq_len=seq_len, **json.loads(options_json))
+    return int(model.count_params()["family_non_embedding"])
 
 
 def plan_rows(study: StudySpec) -> list[PlanRow]:
-    """A row per cell with analytic parameters and training FLOPs."""
+    """A row per cell with both parameter counts and analytic training FLOPs."""
     rows = []
     for cell in study.cells:
         spec = cell.spec
         shape = get_shape(spec.size)
         vocab = VOCAB_SIZES.get(spec.tokenizer, VOCAB_SIZES["gpt2"])
         flops = float(train_flops_per_token(shape, spec.seq_len, vocab)) * spec.tokens
+        own = family_params(spec.family, spec.size, json.dumps(spec.options, sort_keys=True), vocab, spec.seq_len)
         rows.append(PlanRow(spec.run_id, spec.family, spec.variant, spec.size, spec.seed, core_params(shape),
-                            spec.tokens, flops, spec.steps))
+                            spec.tokens, flops, spec.steps, network_name(spec.options), spec.ema, own, spec.role))
     return rows
 
 
@@ -72,12 +95,14 @@ def human(n: float) -> str:
     return f"{n:g}"
 
 
-COLUMNS = ("run_id", "family", "variant", "size", "seed", "params", "tokens", "flops", "steps")
+COLUMNS = ("run_id", "family", "variant", "network", "ema", "size", "seed", "params", "params_family",
+           "tokens", "flops", "steps")
 
 
 def format_plan(study: StudySpec, rows: list[PlanRow], cores: int, has_gpu: bool) -> str:
     """The dry-run text: header, table, totals, GPU-hours and (without GPUs) the CPU estimate."""
-    table = [COLUMNS] + [(r.run_id, r.family, r.variant, r.size, str(r.seed), human(r.params),
+    table = [COLUMNS] + [(r.run_id, r.family, r.variant if r.role == "compared" else f"({r.role})", r.network,
+                          f"{r.ema:g}", r.size, str(r.seed), human(r.params), human(r.params_family),
                           human(r.tokens), f"{r.flops:.2e}", str(r.steps)) for r in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(COLUMNS))]
     lines = [f"study {study.name} (hash {study.study_hash}): {len(rows)} runs"]

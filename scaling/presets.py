@@ -1,8 +1,10 @@
 """Named studies: the quickstart, the paper's recipe and the ablations of the seed review.
 
-A preset is a set of arms plus settings (sizes, seeds, data, budget, run overrides). Settings a
-preset leaves out come from a base chosen by the sizes: the CPU base for CPU rungs, the paper
-base as soon as a GPT-3 rung is in the study.
+A preset is a set of arms plus settings (sizes, seeds, data, budget, network, EMA, run
+overrides). Settings a preset leaves out come from a base chosen by the sizes: the CPU base for
+CPU rungs, the paper base as soon as a GPT-3 rung is in the study. The network and the EMA rate
+are study settings: every family of a study trains on the same network with the same EMA
+(DESIGN §7); only ablation arms override them, explicitly and labelled.
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import Any
 
 from models.ladder import GPT3_RUNGS
 
-from .arms import DEFAULT_ARMS, OFFICIAL_AOGPT_OPTIONS, PAPER_EMA, PAPER_L2R_MIX, Arm
+from .arms import DEFAULT_ARMS, NETWORKS, PAPER_EMA, PAPER_L2R_MIX, Arm
 
 FAMILY_ORDER = ("ar", "aogpt", "sigma_gpt", "mdm")
 
@@ -26,17 +28,18 @@ QUICKSTART_BATCH_SIZE = 16
 
 CPU_BASE: dict[str, Any] = {
     "sizes": ["0.1M", "0.3M", "1M"], "seeds": 2, "tokenizer": "bytes", "corpus": "shakespeare",
-    "seq_len": 128,
+    "seq_len": 128, "network": "gpt2", "ema": 0.0,
 }
 # The AO-GPT paper's recipe (REFERENCES.md): GPT-2 BPE, OpenWebText, context 1024, 1,048,576
 # tokens per step (16 x 1024 x 64), 2000 warm-up steps of that batch, cosine to 10 % of peak,
 # AdamW (0.9, 0.95), weight decay 0.05, clip 1.0. Peak LRs (6e-4 Small, 3e-4 Medium) equal GPT-3's
 # table, which also gives 760M's 2.5e-4 (the paper trains no 760M). Difference: the paper trains
-# 500k steps; a scaling study trains tokens_per_param x params (Chinchilla 20 by default).
+# 500k steps; a scaling study trains tokens_per_param x params (Chinchilla 20 by default). Every
+# family trains on the official AO-GPT network with its EMA 0.9999 (DESIGN §7: one network, one EMA).
 PAPER_BASE: dict[str, Any] = {
     "sizes": ["125M", "350M", "760M"], "seeds": 3, "tokenizer": "gpt2",
     "corpus": "Skylion007/openwebtext", "seq_len": 1024, "batch_size": 1024,
-    "warmup_tokens": 2000 * 2**20,
+    "warmup_tokens": 2000 * 2**20, "network": "official", "ema": PAPER_EMA,
     "run": {"weight_decay": 0.05, "beta1": 0.9, "beta2": 0.95, "grad_clip": 1.0, "min_lr_ratio": 0.1},
 }
 
@@ -51,9 +54,10 @@ def _family_arms() -> list[Arm]:
 
 
 def _aogpt(factors: dict[str, Any], **changes: Any) -> Arm:
-    """An AO-GPT arm: the paper's defaults (adaln, EMA 0.9999, mix:0.1) with some changed."""
+    """An AO-GPT arm: the paper's defaults (adaln, mix:0.1) with some changed; `ema=` overrides
+    the study's rate (an ablated factor)."""
     options = {"target_pe": "adaln", "order": PAPER_L2R_MIX, **changes}
-    ema = options.pop("ema", PAPER_EMA)
+    ema = options.pop("ema", None)
     return Arm("aogpt", options, ema, factors)
 
 
@@ -64,10 +68,15 @@ def quickstart() -> dict[str, Any]:
 
 
 def paper() -> dict[str, Any]:
-    """125M/350M/760M on OpenWebText with the AO-GPT paper's recipe, 3 seeds."""
-    official = Arm("aogpt", {**dict(DEFAULT_ARMS["aogpt"].options), **OFFICIAL_AOGPT_OPTIONS}, PAPER_EMA)
-    arms = [official if arm.family == "aogpt" else arm for arm in _family_arms()]
-    return {**PAPER_BASE, "arms": arms}
+    """125M/350M/760M on OpenWebText, every family on the official AO-GPT network with EMA 0.9999, 3 seeds."""
+    return {**PAPER_BASE, "arms": _family_arms(), "eval_suite": "paper"}
+
+
+def network() -> dict[str, Any]:
+    """AR and AO-GPT on the GPT-2 network vs the official AO-GPT one: the architecture effect, measured apart."""
+    arms = [Arm(arm.family, arm.options, factors={"network": name}, network=name)
+            for arm in (DEFAULT_ARMS["ar"], DEFAULT_ARMS["aogpt"]) for name in NETWORKS]
+    return {"arms": arms}
 
 
 def pe() -> dict[str, Any]:
@@ -77,7 +86,7 @@ def pe() -> dict[str, Any]:
 
 
 def ema() -> dict[str, Any]:
-    """EMA rate 0 (off), 0.99, 0.999, 0.9999."""
+    """AO-GPT with EMA rate 0 (off), 0.99, 0.999, 0.9999 (each arm overrides the study's rate)."""
     return {"arms": [_aogpt({"ema": rate}, ema=rate) for rate in (0.0, 0.99, 0.999, 0.9999)]}
 
 
@@ -104,7 +113,7 @@ def factorial() -> dict[str, Any]:
 
 
 PRESETS: dict[str, Callable[[], dict[str, Any]]] = {
-    "quickstart": quickstart, "paper": paper, "pe": pe, "ema": ema, "l2r-mix": l2r_mix,
+    "quickstart": quickstart, "paper": paper, "network": network, "pe": pe, "ema": ema, "l2r-mix": l2r_mix,
     "orders": orders, "factorial": factorial,
 }
 

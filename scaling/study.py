@@ -17,9 +17,11 @@ from jobs import ds_config
 from jobs.data import canonical_corpus
 from jobs.spec import ENGINES, HASHED_FIELDS, RunSpec, ZERO_STAGES, canonical_json
 from jobs.tracking import check_tracking
-from models.ladder import parse_sizes
+from models.ladder import core_params, get_shape, parse_sizes
 
-from .arms import Arm, arm_from_dict, check_arm, check_family, default_arm
+from jobs.suites import SUITES
+
+from .arms import Arm, arm_from_dict, check_ema, check_family, default_arm, network_options, resolve_arm
 from .presets import FAMILY_ORDER, base_for, preset_settings
 from .recipes import Budget, schedule
 
@@ -27,12 +29,16 @@ TOKENIZERS = ("bytes", "gpt2")
 # RunSpec fields a study decides itself; the remaining hashed fields may be set under [run].
 STRUCTURAL = {"family", "size", "steps", "lr", "warmup_steps", "model_options", "tokenizer", "corpus",
               "seq_len", "batch_size", "ema", "seed"}
+# study.json format: 2 = run ids hash every resolved model option (defaults included) and the
+# network and EMA are study settings. A study written in another format is refused, not mixed.
+STUDY_FORMAT = 2
+JUDGE_SETTINGS = ("auto", "none")  # or a run directory: the judge of generated samples
 RUN_OVERRIDES = tuple(name for name in HASHED_FIELDS if name not in STRUCTURAL)
 RESOURCES = ("engine", "zero_stage", ds_config.FIELD, "eval_every", "checkpoint_every", "keep_checkpoints", "log_every")
 BUDGET_KEYS = tuple(f.name for f in fields(Budget))
 SETTING_KEYS = ("name", "preset", "families", "arms", "sizes", "seeds", "tokenizer", "corpus", "run",
-                "resources", "tracking") + BUDGET_KEYS
-RESULT_KEYS = tuple(k for k in SETTING_KEYS if k not in ("name", "resources", "tracking"))
+                "resources", "tracking", "network", "ema", "judge", "eval_suite") + BUDGET_KEYS
+RESULT_KEYS = tuple(k for k in SETTING_KEYS if k not in ("name", "resources", "tracking", "judge"))
 
 
 class StudyError(ValueError):
@@ -69,8 +75,10 @@ class StudySpec:
         """The study.json document: canonical settings, hash and a row per run."""
         runs = {c.run_id: {"family": c.spec.family, "variant": c.spec.variant, "size": c.spec.size,
                            "seed": c.spec.seed, "factors": dict(c.factors)} for c in self.cells}
-        return {"name": self.name, "hash": self.study_hash, "settings": dict(self.settings),
-                "order": self.run_ids, "runs": runs}
+        for c in self.cells:
+            runs[c.run_id]["role"] = c.spec.role
+        return {"name": self.name, "format": STUDY_FORMAT, "hash": self.study_hash,
+                "settings": dict(self.settings), "order": self.run_ids, "runs": runs}
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
@@ -188,32 +196,72 @@ def _check_tables(settings: dict[str, Any]) -> None:
 
 
 def _expand(settings: dict[str, Any], name: str) -> list[Cell]:
-    """Every (size, seed, arm) cell as a RunSpec, size-major so small runs finish first."""
+    """Every (size, seed, arm) cell as a RunSpec, size-major so small runs finish first; the
+    judge run (when the study has one) comes first, so it is trained before it is needed."""
     _check_tables(settings)
     settings["resources"] = ds_config.with_overlay(settings.get("resources", {}))
     if settings.get("tracking"):
         settings["tracking"] = check_tracking(settings["tracking"])
     arms, seeds, budget = _arms(settings), _seeds(settings), _budget(settings)
-    for arm in arms:
-        check_arm(arm)
-    cells = [_cell(arm, size, seed, settings, budget, name)
-             for size in settings["sizes"] for seed in range(seeds) for arm in arms]
+    network = network_options(settings.get("network", "gpt2"))
+    study_ema = check_ema(settings.get("ema", 0.0))
+    resolved = [resolve_arm(arm, network) for arm in arms]
+    judge = _judge(settings, seeds, network, study_ema, budget, name)
+    reference = judge.run_id if judge is not None else _judge_dir(settings)
+    cells = [_cell(arm, options, arm.ema_rate(study_ema), size, seed, settings, budget, name, judge=reference)
+             for size in settings["sizes"] for seed in range(seeds) for arm, options in zip(arms, resolved)]
+    cells = ([judge] if judge is not None else []) + cells
     ids = [cell.run_id for cell in cells]
     if len(set(ids)) != len(ids):
         raise StudyError("arms: two arms describe the same runs; remove the duplicate arm")
     return cells
 
 
-def _cell(arm: Arm, size: str, seed: int, settings: dict, budget: Budget, name: str) -> Cell:
+def _judge(settings: dict, seeds: int, network: dict, ema: float, budget: Budget, name: str) -> Cell | None:
+    """The study's judge of generated samples: with `judge = "auto"` and a suite that generates, a
+    dedicated AR run at the largest size with its own seed (one past the compared seeds), trained
+    like the others and excluded from every fit and gap (role `judge`)."""
+    choice = settings.get("judge", "auto")
+    if not isinstance(choice, str) or not choice:
+        raise StudyError(f"judge: expected 'auto', 'none' or an AR run directory, got {choice!r}")
+    suite = settings.get("eval_suite", "quick")
+    if suite not in SUITES:
+        raise StudyError(f"eval_suite: unknown suite {suite!r}; valid: {', '.join(SUITES)}")
+    if choice != "auto" or not SUITES[suite].generate:
+        return None
+    arm = default_arm("ar")
+    largest = max(settings["sizes"], key=lambda size: core_params(get_shape(size)))
+    return _cell(arm, resolve_arm(arm, network), ema, largest, seeds, settings, budget, name, role="judge")
+
+
+def _judge_dir(settings: dict) -> str:
+    """`judge` given as a run directory (`--judge-run`): an AR run with the study's tokenizer."""
+    choice = settings.get("judge", "auto")
+    if choice in JUDGE_SETTINGS:
+        return ""
+    path = Path(choice).expanduser().resolve()
+    try:
+        other = RunSpec.load(path / "spec.json")
+    except (OSError, ValueError):
+        raise StudyError(f"judge: {choice} is not a run directory with a valid spec.json; pass an AR run "
+                         "directory to --judge-run, or 'auto'") from None
+    if other.family != "ar" or other.tokenizer != settings["tokenizer"]:
+        raise StudyError(f"judge: {choice} is a {other.family} run with tokenizer {other.tokenizer!r}; the "
+                         f"judge must be an AR run with tokenizer {settings['tokenizer']!r}")
+    return str(path)
+
+
+def _cell(arm: Arm, options: dict, ema: float, size: str, seed: int, settings: dict, budget: Budget,
+          name: str, role: str = "compared", judge: str = "") -> Cell:
     plan = schedule(size, budget)
     tracking = {**settings.get("tracking", {}), **{f"factor_{k}": v for k, v in arm.factors}}
     spec = RunSpec(
         family=arm.family, size=size, steps=plan.steps, lr=plan.lr, warmup_steps=plan.warmup_steps,
-        model_options=arm.options, tokenizer=settings["tokenizer"],
+        model_options=options, tokenizer=settings["tokenizer"],
         corpus=canonical_corpus(str(settings["corpus"])),
-        seq_len=budget.seq_len, batch_size=plan.batch_size, ema=arm.ema, seed=seed,
-        study=name, variant=arm.label, tracking=tracking,
-        **settings.get("run", {}), **settings.get("resources", {}),
+        seq_len=budget.seq_len, batch_size=plan.batch_size, ema=ema, seed=seed,
+        study=name, variant=arm.label if role == "compared" else "judge", tracking=tracking, role=role,
+        judge=judge, **settings.get("run", {}), **settings.get("resources", {}),
     )
     return Cell(spec, arm.factors, spec.run_id)
 

@@ -39,6 +39,28 @@ COMMON_OPTIONS: dict[str, tuple[Any, tuple[Validator, str]]] = {
 }
 
 GROUPS = ("embedding", "core", "target_cond", "time_cond", "head")
+_SKIP_INIT = False  # set by `shapes_only()`
+
+
+_INITS = ("normal_", "uniform_", "kaiming_uniform_", "trunc_normal_", "zeros_", "ones_")
+
+
+@contextmanager
+def shapes_only():
+    """Build models without initialising their weights, to count parameters on the `meta` device
+    (torch's first random init on `meta` alone takes ~6 s; the shapes take milliseconds). Swaps
+    torch.nn.init's fillers for no-ops while it lasts: not for use beside real model building."""
+    global _SKIP_INIT
+    saved = {name: getattr(nn.init, name) for name in _INITS}
+    previous, _SKIP_INIT = _SKIP_INIT, True
+    for name in _INITS:
+        setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
+    try:
+        yield
+    finally:
+        _SKIP_INIT = previous
+        for name, fn in saved.items():
+            setattr(nn.init, name, fn)
 
 
 def resolve_options(family: str, schema: dict, given: dict) -> dict[str, Any]:
@@ -76,7 +98,8 @@ class FamilyModel(nn.Module):
         self._decode_head: tuple[torch.Tensor, torch.Tensor | None] | None = None  # see decode_layout
 
     def _init(self) -> None:
-        init_weights(self, self.shape.n_layer)
+        if not _SKIP_INIT:
+            init_weights(self, self.shape.n_layer)
 
     # ---- shared pieces -------------------------------------------------------------------
     def logits_from_hidden(self, h: torch.Tensor) -> torch.Tensor:

@@ -33,9 +33,11 @@ def runs(tmp_path_factory, shared_cache):
     """Three tiny trained runs side by side in one study's runs/ folder."""
     root = tmp_path_factory.mktemp("study") / "runs"
     out = {}
-    for family in ("ar", "aogpt", "mdm"):
-        spec = RunSpec(family=family, size="0.1M", steps=6, lr=3e-3, warmup_steps=1, seq_len=32,
-                       batch_size=8, eval_batches=1, log_every=1, study="t", variant=family)
+    for family in ("ar", "aogpt", "mdm", "judge"):
+        spec = RunSpec(family="ar" if family == "judge" else family, size="0.1M", steps=6, lr=3e-3,
+                       warmup_steps=1, seq_len=32, batch_size=8, eval_batches=1, log_every=1, study="t",
+                       variant=family, seed=7 if family == "judge" else 0,
+                       role="judge" if family == "judge" else "compared")
         run_dir = root / spec.run_id
         assert train(run_dir, spec) == "done"
         out[family] = run_dir
@@ -43,10 +45,12 @@ def runs(tmp_path_factory, shared_cache):
 
 
 def test_quick_suite_rows_per_family(runs):
-    expected = {"ar": {"nll_l2r", "bpb_l2r"},
-                "aogpt": {"nll_l2r", "bpb_l2r", "nll_anyorder", "nll_ensemble"},
-                "mdm": {"nll_l2r", "bpb_l2r", "nll_anyorder", "nll_elbo_mdlm", "nll_elbo_kdce"}}
+    expected = {"ar": {"nll_l2r", "bpb_l2r", "nll_unigram"},
+                "aogpt": {"nll_l2r", "bpb_l2r", "nll_anyorder", "nll_ensemble", "nll_unigram"},
+                "mdm": {"nll_l2r", "bpb_l2r", "nll_anyorder", "nll_elbo_mdlm", "nll_elbo_kdce", "nll_unigram"}}
     for family, run_dir in runs.items():
+        if family == "judge":
+            continue
         frame = ev.evaluate(run_dir, "quick")
         assert set(frame["metric"]) == expected[family]
         assert (run_dir / "eval.parquet").exists()
@@ -86,16 +90,46 @@ def test_zero_shot_infill_and_lambada_from_the_data_kit(runs, data_kit):
 
 def test_generation_records_and_samples(runs):
     gs = gen.GenSettings(n_samples=3, length=16, steps=(4, 16), tokens_per_step=(1, 4))
-    frame = gen.generate(runs["aogpt"], gs)
+    frame = gen.generate(runs["aogpt"], gs, judge_run=runs["judge"])
     rows = frame.filter(pl.col("metric").str.starts_with("gen_"))
     ppl = rows.filter(pl.col("metric") == "gen_ppl")
-    assert len(ppl) == 2 and set(ppl["evaluator"]) == {runs["ar"].name}
+    assert len(ppl) == 2 and set(ppl["evaluator"]) == {runs["judge"].name}
+    entropy = rows.filter(pl.col("metric") == "gen_entropy")
+    assert len(entropy) == 2 and (entropy["value"] > 0).all() and (entropy["value"] <= math.log(16)).all()
     assert sorted(rows.filter(pl.col("metric") == "gen_self_nll")["tokens_per_step"].to_list()) == [1, 4]
     samples = pl.read_parquet(runs["aogpt"] / "samples.parquet")
     assert len(samples) == 6 and samples["tokens"].list.len().to_list() == [16] * 6
     assert "nll_l2r" in set(frame["metric"])  # evaluation rows survive the merge
-    mdm = gen.generate(runs["mdm"], gen.GenSettings(n_samples=2, length=16, steps=(8,)))
+    mdm = gen.generate(runs["mdm"], gen.GenSettings(n_samples=2, length=16, steps=(8,)), judge_run=runs["judge"])
     assert set(mdm.filter(pl.col("metric") == "gen_ppl")["estimator"]) == {"ancestral"}
+
+
+def test_a_compared_run_never_judges_and_late_judging_scores_the_saved_samples(runs):
+    gs = gen.GenSettings(n_samples=2, length=16, steps=(4,), tokens_per_step=(1,))
+    with pytest.raises(ev.InputError, match="compared run"):
+        gen.generate(runs["mdm"], gs, judge_run=runs["ar"])
+    frame = gen.generate(runs["mdm"], gs)  # no judge yet: samples and entropy, no gen_ppl
+    assert "gen_ppl" not in set(frame["metric"]) and "gen_entropy" in set(frame["metric"])
+    scored = gen.score_samples(runs["mdm"], judge_run=runs["judge"])
+    ppl = scored.filter(pl.col("metric") == "gen_ppl")
+    assert len(ppl) == 1 and ppl["evaluator"][0] == runs["judge"].name and ppl["value"][0] > 1
+    assert ppl["step"][0] == 6 and ppl["n_samples"][0] == 2
+    assert gen.score_samples(runs["mdm"], judge_run=runs["judge"]) is None  # scored once
+
+
+def test_unigram_entropy_of_a_constant_sample_is_zero():
+    samples = torch.tensor([[5] * 8, [1, 2] * 4, list(range(8))])
+    assert gen.unigram_entropy(samples).tolist() == pytest.approx([0.0, math.log(2), math.log(8)], abs=1e-12)
+
+
+def test_an_ema_run_is_scored_with_both_weights(tmp_path):
+    spec = RunSpec(family="ar", size="0.1M", steps=6, lr=3e-3, warmup_steps=1, seq_len=32, batch_size=8,
+                   eval_batches=1, ema=0.9, study="t")
+    assert train(tmp_path, spec) == "done"
+    frame = ev.evaluate(tmp_path, "quick", val_chunks=2)
+    nll = frame.filter(pl.col("metric") == "nll_l2r").sort("weights")
+    assert nll["weights"].to_list() == ["ema", "raw"] and nll["value"][0] != nll["value"][1]
+    assert frame.filter(pl.col("metric") == "nll_unigram")["weights"].to_list() == [None]
 
 
 @pytest.mark.parametrize("args,field", [
@@ -213,13 +247,16 @@ def test_paper_suite_generation_rows(runs):
     n = 3  # --gen-samples (the suite's default is 16)
     small = dict(val_chunks=2, k_mc=2, m_max=2, n_targets=4, ensemble_chunks=2, gen_samples=n)  # no zero-shot
     for family in ("ar", "aogpt"):
+        spec = RunSpec.load(runs[family] / "spec.json").replace(judge=runs["judge"].name)  # as a study sets it
+        (runs[family] / "spec.json").write_text(spec.to_json())
         frame = ev.evaluate(runs[family], "paper", **small).filter(pl.col("metric").str.starts_with("gen_"))
         assert frame["value"].is_finite().all() and (frame["value"] > 0).all()
         assert frame["n_samples"].to_list() == [n] * len(frame)
         ppl = frame.filter(pl.col("metric") == "gen_ppl")
-        assert ppl["evaluator"].to_list() == [runs["ar"].name]
+        assert ppl["evaluator"].to_list() == [runs["judge"].name]
         assert (ppl["value"] >= 1).all() and (ppl["se"] > 0).all()
         assert len(frame.filter(pl.col("metric") == "gen_time_s")) == 1
+        assert len(frame.filter(pl.col("metric") == "gen_entropy")) == 1
         # AR: one step per token (L = 32); aogpt: the requested T (the sampler caps it at L)
         assert ppl["steps"].to_list() == [32]  # AR: one step per token; aogpt: T = 64 capped at L = 32
         joint = frame.filter(pl.col("metric") == "gen_self_nll").sort("tokens_per_step")
