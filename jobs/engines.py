@@ -9,6 +9,7 @@ for EMA), and the collectives `mean`/`any` (identity on one process).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from jobs import ds_config
 from jobs.checkpoint import MODEL_FILE, load_file, save_file
 from jobs.device import pick_device, use_bf16, use_compile
 from jobs.spec import RunSpec
@@ -45,6 +47,7 @@ class TorchEngine:
 
     name = "torch"
     rank, world_size = 0, 1
+    config = None  # no engine config (DeepSpeed's is recorded in the manifest)
 
     def __init__(self, model: nn.Module, spec: RunSpec):
         if int(os.environ.get("WORLD_SIZE", 1)) > 1:
@@ -149,23 +152,28 @@ class _LossModule(nn.Module):
 
 
 def deepspeed_config(spec: RunSpec, world_size: int, bf16: bool) -> dict[str, Any]:
-    """The DeepSpeed config for a spec: same global batch, client AdamW, clip, ZeRO stage."""
+    """The DeepSpeed config for a spec: same global batch, client AdamW, clip, ZeRO stage, with
+    the user's overlay (`spec.deepspeed_config`, checked again here) merged in."""
     micro = spec.micro_batch_size or spec.batch_size // world_size  # 0: no accumulation
     if micro < 1 or spec.batch_size % (micro * world_size):
         raise ValueError(f"batch_size: {spec.batch_size} must be a multiple of micro_batch_size "
                          f"({micro}) x ranks ({world_size})")
-    return {
+    generated = {
         "train_batch_size": spec.batch_size,
         "train_micro_batch_size_per_gpu": micro,
         "gradient_accumulation_steps": spec.batch_size // (micro * world_size),
         "gradient_clipping": spec.grad_clip,
         "zero_optimization": {"stage": spec.zero_stage},
         "zero_allow_untested_optimizer": True,  # the client optimizer is torch's AdamW
+        "zero_force_ds_cpu_optimizer": False,  # ... also under an overlay's optimizer offload
         "bf16": {"enabled": bf16},
         "fp16": {"enabled": False},
         "steps_per_print": 1 << 30,
         "wall_clock_breakdown": False,
     }
+    overlay = json.loads(spec.deepspeed_config) if spec.deepspeed_config else {}
+    ds_config.check_overlay(overlay)
+    return ds_config.merged(generated, overlay)
 
 
 class DeepSpeedEngine:
@@ -193,7 +201,7 @@ class DeepSpeedEngine:
         self.bf16, self.stage = use_bf16(spec, self.device), spec.zero_stage
         if use_compile(spec, self.device) and self.stage < 3:  # ZeRO-3's gather hooks stay eager
             model.core.compile_stack()
-        config = deepspeed_config(spec, self.world_size, self.bf16)
+        self.config = config = deepspeed_config(spec, self.world_size, self.bf16)
         wrapper = _LossModule(model)
         self.optimizer = make_optimizer(model, spec)
         self.ds, _, _, _ = deepspeed.initialize(model=wrapper, optimizer=self.optimizer, config=config)

@@ -50,6 +50,7 @@ class RunSpec:
     engine: str = "torch"
     zero_stage: int = 2
     compile: str = "auto"  # torch.compile of the core's block stack (COMPILE_SETTINGS)
+    deepspeed_config: str = ""  # the user's DeepSpeed overlay as canonical JSON (jobs.ds_config)
     eval_every: int = 0  # 0 = only at the end
     checkpoint_every: int = 0  # 0 = only at the end
     keep_checkpoints: int = 2
@@ -122,7 +123,7 @@ class RunSpec:
 
 
 UNHASHED_FIELDS = (
-    "engine", "zero_stage", "compile", "eval_every", "checkpoint_every", "keep_checkpoints",
+    "engine", "zero_stage", "compile", "deepspeed_config", "eval_every", "checkpoint_every", "keep_checkpoints",
     "log_every", "eval_suite", "study", "variant", "tracking", "role", "judge",
 )
 ROLES = ("compared", "judge")

@@ -143,6 +143,7 @@ def setup(run_dir: Path, spec: RunSpec) -> Run:
         ckpt.remove_staging(run_dir)  # what a killed process left half-written
         atomic_write_text(run_dir / SPEC_FILE, spec.to_json() + "\n")
         write_manifest(run_dir, spec, {"engine": engine.name, "world_size": engine.world_size,
+                                       "engine_config": engine.config,
                                        "dtype": str(dtype), "n_params": counts,
                                        "flops_per_token": flops_per_token, **_data_hashes(spec)})
     generator = torch.Generator(device=engine.device).manual_seed(spec.seed)

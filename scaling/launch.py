@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from cli import InputError, Parser, float_arg, int_arg, parse, run_main
+from analysis import DEFAULT_BOOTSTRAP
+from jobs import ds_config
 from jobs.executors import EXECUTORS, Executor, one_line
 from jobs.executors.local import visible_gpus
 from jobs.runlock import exclusive
@@ -25,17 +27,25 @@ from . import ledger, preflight
 from .backends import BACKENDS, add_flags, check_foreign_flags
 from .plan import format_plan, plan_rows, refusal, usable_cores
 from .scheduler import Scheduler, submit_runs, to_submit
+from .presets import PRESETS
 from .study import StudyError, StudySpec, build_study, load_toml
 
 STUDIES_ROOT = Path("studies")
-DEFAULT_BOOTSTRAP = 200  # resamples for the report's intervals; enough for a 95 % percentile CI
+
+
+def preset_help() -> str:
+    """One line per preset: its name and the first line of its function's docstring."""
+    width = max(len(name) for name in PRESETS)
+    lines = [f"  {name.ljust(width)}  {(fn.__doc__ or '').strip().splitlines()[0]}" for name, fn in PRESETS.items()]
+    return "presets (--preset NAME):\n" + "\n".join(lines)
 
 
 def parser() -> argparse.ArgumentParser:
     """The launch CLI's flags; unset flags are None so presets and TOML files show through."""
-    p = Parser(prog="python -m scaling.launch", description=__doc__.splitlines()[0], error_prefix="launch")
+    p = Parser(prog="python -m scaling.launch", description=__doc__.splitlines()[0], error_prefix="launch",
+               epilog=preset_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     add = p.add_argument
-    add("--preset", help="quickstart, paper, network, pe, ema, l2r-mix, orders, factorial")
+    add("--preset", help=f"a named study (default quickstart): {', '.join(PRESETS)}; listed below")
     add("--spec", help="study TOML file; flags override it")
     add("--study-dir", help="study directory (default studies/<name>)")
     add("--name", help="study name (default: the preset's name, plus a hash when flags change it)")
@@ -61,11 +71,15 @@ def parser() -> argparse.ArgumentParser:
     add("--judge-run", dest="judge", help="AR run directory that scores generated samples "
                                           "(default: a dedicated judge run when the suite generates)")
     add("--engine", help="torch or deepspeed")
+    add("--deepspeed-config", help="DeepSpeed config overlay (.json/.toml): ZeRO offload and buckets, "
+        "communication, profiling; implies --engine deepspeed; run ids unchanged")
+    add("--wandb", nargs="?", const=True, metavar="PROJECT", help="log every run to wandb (project: the "
+        "study's unless given); online when logged in; a study file's [tracking] table sets more")
     add("--backend", default="local", help=f"executor: {', '.join(EXECUTORS)}")
     add("--max-parallel", type=int_arg, help="runs at once (local: default one per GPU, else 1)")
     add("--max-retries", type=int_arg, default=1, help="retries of a failed run (default 1; ray: per trial too)")
     add("--wait", action="store_true", help="slurm: wait for the jobs, then write the report")
-    add("--bootstrap", type=int_arg, default=DEFAULT_BOOTSTRAP, help="bootstrap resamples of the fits")
+    add("--bootstrap", type=int_arg, default=DEFAULT_BOOTSTRAP, help=f"bootstrap resamples of the fits (default {DEFAULT_BOOTSTRAP})")
     add("--dry-run", action="store_true", help="print the plan and write nothing")
     add("--force", action="store_true", help="run a plan that is too big for this machine anyway")
     add("--no-progress", action="store_true", help="no progress bars")
@@ -86,8 +100,10 @@ def study_from_args(args: argparse.Namespace, world_size: int = 1) -> StudySpec:
     run ids do not change)."""
     flags: dict[str, Any] = {key: getattr(args, key) for key in FLAG_KEYS}
     engine = "deepspeed" if world_size > 1 else args.engine
-    if engine is not None:
-        flags["resources"] = {"engine": engine}
+    resources = {"engine": engine, ds_config.FIELD: args.deepspeed_config}
+    flags["resources"] = {key: value for key, value in resources.items() if value is not None} or None
+    if args.wandb is not None:
+        flags["tracking"] = {"wandb": True, **({"project": args.wandb} if isinstance(args.wandb, str) else {})}
     toml = None
     if args.spec:
         preflight.check_spec_file(args.spec)
@@ -209,6 +225,10 @@ def _main(args: argparse.Namespace) -> int:
     has_gpu = bool(visible_gpus())
     if args.dry_run:
         print(format_plan(study, rows, usable_cores(), has_gpu))
+        describe = BACKENDS[args.backend].describe
+        if describe is not None:
+            todo = [r for r in study.run_ids if ledger.view(study_dir, r).state != "done"]
+            print(describe(options, study_dir, len(todo)))
         return 0
     why = None if (has_gpu or args.force or args.backend != "local") else refusal(study, rows, usable_cores())
     if why:

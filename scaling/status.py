@@ -10,6 +10,9 @@ A run the table cannot show as it should (its folder or spec.json missing or cor
 status.json rebuilt from its checkpoints, a done run whose final checkpoint fails its checksum)
 gets a `warning:` line under the table instead of stopping the command.
 
+`--json` prints one JSON object instead: `{"study", "runs": [{column: value}], "counts": {state: n}}`
+(seed, loss and tries as numbers, unknown values as null), for scripts and dashboards.
+
 Exit status: 0 when every run is done, 1 otherwise, 2 when the path holds no study.
 """
 from __future__ import annotations
@@ -144,19 +147,34 @@ def render(rows: list[tuple[str, ...]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines)
 
 
+JSON_NUMBERS = {"seed": int, "loss": float, "tries": int}  # the other columns stay text (`-` -> null)
+
+
+def as_json(study_dir: Path, rows: list[tuple[str, ...]], counts: Counter) -> str:
+    """The `--json` document: every row as an object keyed by column, plus the counts per state."""
+    header = COLUMNS + (QUEUE_COLUMN,) if rows and len(rows[0]) > len(COLUMNS) else COLUMNS
+    runs = [{key: None if cell == "-" else JSON_NUMBERS.get(key, str)(cell) for key, cell in zip(header, row)}
+            for row in rows]
+    return json.dumps({"study": str(study_dir), "runs": runs, "counts": dict(sorted(counts.items()))}, indent=1)
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point."""
     parser = Parser(prog="python -m scaling.status", description=__doc__.splitlines()[0], error_prefix="status")
     parser.add_argument("study", help="study directory")
     parser.add_argument("--verify", action="store_true", help="checksum every done run's final checkpoint")
+    parser.add_argument("--json", action="store_true", help="print one JSON object (runs and counts) instead of the table")
     args = parse(parser, argv)
     if isinstance(args, int):
         return args
 
     def body() -> int:
         rows, counts = table(Path(args.study))
-        print(render(rows))
-        print(f"{len(rows)} runs: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
+        if args.json:
+            print(as_json(Path(args.study), rows, counts))
+        else:
+            print(render(rows))
+            print(f"{len(rows)} runs: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
         for row in rows:
             for warning in run_warnings(Path(args.study), row[0], args.verify):
                 print(f"warning: {warning}", file=sys.stderr)

@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from cli import InputError
+from jobs import ds_config
 from jobs.data import DEFAULT_TEXT_FIELD, canonical_corpus, check_corpus
 from jobs.datasets import check_eval_suite, parse_eval_suite
 from jobs.tokenizers import get_encoding
 from jobs.spec import ENGINES, HASHED_FIELDS, RunSpec, ZERO_STAGES, canonical_json
+from jobs.tracking import check_tracking
 from models.ladder import core_params, get_shape, parse_sizes
 
 from jobs.suites import SUITES
@@ -35,11 +37,11 @@ STRUCTURAL = {"family", "size", "steps", "lr", "warmup_steps", "model_options", 
 STUDY_FORMAT = 2
 JUDGE_SETTINGS = ("auto", "none")  # or a run directory: the judge of generated samples
 RUN_OVERRIDES = tuple(name for name in HASHED_FIELDS if name not in STRUCTURAL)
-RESOURCES = ("engine", "zero_stage", "eval_every", "checkpoint_every", "keep_checkpoints", "log_every")
+RESOURCES = ("engine", "zero_stage", ds_config.FIELD, "eval_every", "checkpoint_every", "keep_checkpoints", "log_every")
 BUDGET_KEYS = tuple(f.name for f in fields(Budget))
 SETTING_KEYS = ("name", "preset", "families", "arms", "sizes", "seeds", "tokenizer", "corpus", "run",
-                "resources", "network", "ema", "judge", "eval_suite", "text_field") + BUDGET_KEYS
-RESULT_KEYS = tuple(k for k in SETTING_KEYS if k not in ("name", "resources", "judge"))
+                "resources", "tracking", "network", "ema", "judge", "eval_suite", "text_field") + BUDGET_KEYS
+RESULT_KEYS = tuple(k for k in SETTING_KEYS if k not in ("name", "resources", "tracking", "judge"))
 
 
 StudyError = InputError  # the one input-error type of every CLI (cli.InputError), by its study name
@@ -124,13 +126,13 @@ def _choose_preset(given: dict[str, Any]) -> str | None:
 
 
 def _merge(layers: list[dict[str, Any]]) -> dict[str, Any]:
-    """Later layers win key by key; the `run` and `resources` tables merge field by field."""
+    """Later layers win key by key; the `run`, `resources` and `tracking` tables merge field by field."""
     out: dict[str, Any] = {}
     for layer in layers:
         for key, value in layer.items():
             if value is None:
                 continue
-            if key in ("run", "resources"):
+            if key in ("run", "resources", "tracking"):
                 out[key] = {**out.get(key, {}), **value}
             else:
                 out[key] = value
@@ -211,6 +213,9 @@ def _expand(settings: dict[str, Any], name: str) -> list[Cell]:
     judge run (when the study has one) comes first, so it is trained before it is needed."""
     _check_tables(settings)
     _check_data(settings)
+    settings["resources"] = ds_config.with_overlay(settings.get("resources", {}))
+    if settings.get("tracking"):
+        settings["tracking"] = check_tracking(settings["tracking"])
     arms, seeds, budget = _arms(settings), _seeds(settings), _budget(settings)
     network = network_options(settings.get("network", "gpt2"))
     study_ema = check_ema(settings.get("ema", 0.0))
@@ -263,7 +268,7 @@ def _judge_dir(settings: dict) -> str:
 def _cell(arm: Arm, options: dict, ema: float, size: str, seed: int, settings: dict, budget: Budget,
           name: str, role: str = "compared", judge: str = "") -> Cell:
     plan = schedule(size, budget)
-    tracking = {f"factor_{k}": v for k, v in arm.factors}
+    tracking = {**settings.get("tracking", {}), **{f"factor_{k}": v for k, v in arm.factors}}
     spec = RunSpec(
         family=arm.family, size=size, steps=plan.steps, lr=plan.lr, warmup_steps=plan.warmup_steps,
         model_options=options, tokenizer=settings["tokenizer"],
