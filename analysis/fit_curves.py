@@ -6,18 +6,19 @@ report.md, a self-contained report.html and a copy of the study manifest into th
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
+import os
 import re
 import shutil
-import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import polars as pl
 
-from analysis import ablations, fairness, figures, io, sections, summary
+from cli import Parser, int_arg, parse, run_main
+
+from analysis import DEFAULT_BOOTSTRAP, ablations, fairness, figures, io, sections, summary
 from analysis.cells import CELL_KEYS, build_cells, latest
 from analysis.ensemble import ensemble_studies
 from analysis.fits import CurveFit, fit_cell
@@ -33,7 +34,6 @@ X_MEANING = {  # what each x convention holds fixed when families are compared a
     "flops": "matched training compute (flops)",
     "tokens": "matched training tokens",
 }
-DEFAULT_BOOTSTRAP = 1000
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,7 @@ class Analysis:
     ema: pl.DataFrame | None = None  # EMA - raw per family/size, paired by seed
     matched: tuple = ()  # Δ at matched family parameters (gap.MatchedPoint)
     final: pl.DataFrame | None = None  # the compared records everything above was computed from
+    gap_studies: tuple[str, ...] = ()  # the study of each gap, aligned with `gaps`
 
 
 def _fitted(final: pl.DataFrame, x: str, bootstrap: int, seed: int, flags: dict) -> tuple[list, list]:
@@ -81,8 +82,64 @@ def _matched(final: pl.DataFrame, bootstrap: int, seed: int, flags: dict) -> tup
 
 
 def analyse(inputs: Inputs, *, bootstrap: int = DEFAULT_BOOTSTRAP, x: str = "n_params", seed: int = 0) -> Analysis:
-    """All fits, gaps, ensemble and ablation tables for validated inputs (judge runs left out,
-    one kind of weights, plateau runs flagged)."""
+    """All fits, gaps, ensemble and ablation tables for validated inputs.
+
+    Each study is analysed on its own (its gaps against its own AR runs) and the results are put
+    side by side: with several studies every variant is labelled `<study>:<variant>`, so tables
+    and figures show the studies apart (overlaid in the same figures), never pooled into one curve.
+    """
+    studies = sorted(inputs.records["study"].unique().to_list())
+    many = len(studies) > 1
+    parts = [_analyse_one(_study_inputs(inputs, name, many), bootstrap, x, seed) for name in studies]
+    if not many:
+        return replace(parts[0], inputs=inputs, notes=parts[0].notes + tuple(
+            f"run without eval.parquet: {r}" for r in inputs.missing_runs))
+    notes = [n for name, part in zip(studies, parts) for n in _prefixed(name, part.notes, many)]
+    notes += [f"run without eval.parquet: {r}" for r in inputs.missing_runs]
+    fits = [replace(f, labels={"study": name, **f.labels}) for name, part in zip(studies, parts) for f in part.fits]
+    options: dict[str, list[pl.DataFrame]] = {}
+    for name, part in zip(studies, parts):
+        for key, frame in part.options.items():
+            options.setdefault(key, []).append(_with_study(frame, name))
+    factorial = [_with_study(p.factorial, name) for name, p in zip(studies, parts) if p.factorial is not None]
+    frames = {key: [_with_study(getattr(p, key), name) for name, p in zip(studies, parts)
+                    if getattr(p, key) is not None and not getattr(p, key).is_empty()] for key in ("plateau", "ema", "final")}
+    return Analysis(inputs, x, bootstrap, seed, tuple(notes), sum((p.cells for p in parts), ()), tuple(fits),
+                    sum((p.gaps for p in parts), ()), tuple(n for name, p in zip(studies, parts) for n in _prefixed(name, p.gap_notes, many)),
+                    sum((p.ensembles for p in parts), ()),
+                    _concat([_with_study(p.variants, name) for name, p in zip(studies, parts)]),
+                    {k: _concat(v) for k, v in options.items()}, _concat(factorial) if factorial else None,
+                    "/".join(sorted({p.weights for p in parts})),
+                    *(_concat(frames[k]) if frames[k] else None for k in ("plateau", "ema")),
+                    sum((p.matched for p in parts), ()), _concat(frames["final"]) if frames["final"] else None,
+                    tuple(name for name, p in zip(studies, parts) for _ in p.gaps))
+
+
+def _study_inputs(inputs: Inputs, study: str, label: bool) -> Inputs:
+    """One study's records (variants labelled `<study>:<variant>` when `label`), options and curves."""
+    records = inputs.records.filter(pl.col("study") == study)
+    if label:
+        records = records.with_columns(pl.concat_str(pl.lit(f"{study}:"), pl.col("variant")).alias("variant"))
+    runs = records["run_id"].unique().to_list()
+    options = inputs.options.filter(pl.col("run_id").is_in(runs)) if inputs.options is not None else None
+    return replace(inputs, records=records, options=options, missing_runs=())
+
+
+def _prefixed(study: str, notes: tuple[str, ...], label: bool) -> list[str]:
+    return [f"{study}: {n}" if label else n for n in notes]
+
+
+def _with_study(frame: pl.DataFrame, study: str) -> pl.DataFrame:
+    return frame.select(pl.lit(study).alias("study"), pl.all().exclude("study"))
+
+
+def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    return pl.concat(frames, how="diagonal_relaxed")
+
+
+def _analyse_one(inputs: Inputs, bootstrap: int, x: str, seed: int) -> Analysis:
+    """One study's fits, gaps, ensemble and ablation tables (judge runs left out, one kind of
+    weights, plateau runs flagged)."""
     records, notes = fairness.compared_only(inputs.records)
     records, weights, weight_notes = fairness.choose_weights(records)
     final, latest_notes = latest(records)
@@ -93,7 +150,7 @@ def analyse(inputs: Inputs, *, bootstrap: int = DEFAULT_BOOTSTRAP, x: str = "n_p
     by_key = {c.key: f for c, f in zip(cells, fits)}
     gaps, gap_notes = compute_gaps(cells, by_key, bootstrap, seed)
     gaps = [fairness.flag_gap(g, flags) for g in gaps]
-    notes += [f"run without eval.parquet: {r}" for r in inputs.missing_runs]
+    notes += [f"run without eval.parquet: {r}" for r in inputs.missing_runs] + list(inputs.notes)
     if plateau.is_empty():
         notes.append("no nll_unigram records: under-training cannot be checked (evaluate with this version)")
     families = sorted(final["family"].unique().to_list())
@@ -111,7 +168,8 @@ def analyse(inputs: Inputs, *, bootstrap: int = DEFAULT_BOOTSTRAP, x: str = "n_p
 def fits_json(a: Analysis) -> str:
     """fits.json text: deterministic for fixed inputs and seed (sorted keys, no timestamps)."""
     doc = {"x": a.x, "x_meaning": X_MEANING[a.x], "weights": a.weights, "bootstrap": a.bootstrap, "seed": a.seed,
-           "fits": [f.to_json() for f in a.fits], "gaps": [_gap_json(g) for g in a.gaps],
+           "fits": [f.to_json() for f in a.fits],
+           "gaps": [{"study": study, **_gap_json(g)} for g, study in zip(a.gaps, a.gap_studies or ("",) * len(a.gaps))],
            "matched_family_gaps": [{**dataclasses.asdict(pt), "delta": _finite(pt.delta), "lo": _finite(pt.lo),
                                     "hi": _finite(pt.hi)} for pt in a.matched],
            "plateau_runs": sorted(a.plateau.filter(pl.col("plateau"))["run_id"].unique().to_list())
@@ -201,13 +259,14 @@ def report_blocks(a: Analysis, figure_blocks: list) -> list:
 
 def tables(a: Analysis) -> dict[str, pl.DataFrame]:
     """The tables written under tables/."""
-    fit_rows = [{**{k: f.labels.get(k) for k in CELL_KEYS}, "status": f.status, "reason": f.reason,
+    fit_rows = [{**{k: f.labels.get(k) for k in ("study", *CELL_KEYS)}, "status": f.status, "reason": f.reason,
                  "n_points": f.n_points, "n_seeds_min": f.n_seeds_min,
                  **{f"{n}{s}": v for n, prm in f.params.items() for s, v in (("", prm.value), ("_lo", prm.ci95[0]), ("_hi", prm.ci95[1]))}}
                 for f in a.fits]
-    gap_rows = [{"family": g.family, "variant": g.variant, "metric": g.metric, "dataset": g.dataset, "split": g.split,
+    studies = a.gap_studies or ("",) * len(a.gaps)
+    gap_rows = [{"study": study, "family": g.family, "variant": g.variant, "metric": g.metric, "dataset": g.dataset, "split": g.split,
                  "reference": g.reference, "size": pt.size, "x": pt.x, "paired": pt.paired, **pt.delta.to_dict()}
-                for g in a.gaps for pt in g.points]
+                for g, study in zip(a.gaps, studies) for pt in g.points]
     out = {"fits": pl.DataFrame(fit_rows, infer_schema_length=None), "points": a.variants,
            "gap": pl.DataFrame(gap_rows, infer_schema_length=None)}
     out.update({f"option_{_safe(k)}": v for k, v in a.options.items()})
@@ -258,31 +317,38 @@ def run(paths: list[str | Path], out_dir: str | Path | None = None, *, bootstrap
     return write_report(analyse(inputs, bootstrap=bootstrap, x=x, seed=seed), out)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2
-        print(f"fit_curves: {message}; see --help", file=sys.stderr)
-        raise SystemExit(2)
+def check_out(out: Path) -> None:
+    """Refuse (RecordsError) a report directory that is a file or cannot be written."""
+    existing = next((p for p in (out, *out.parents) if p.exists()), None)
+    if out.exists() and not out.is_dir():
+        raise RecordsError(f"--out: {out} is a file; pass a folder for the report")
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        raise RecordsError(f"--out: {existing} is not writable; pass a folder you can write to")
 
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the exit status (2 on bad input, nothing written)."""
-    parser = _Parser(prog="python -m analysis.fit_curves", description=__doc__.splitlines()[2])
+    parser = Parser(prog="python -m analysis.fit_curves", description=__doc__.splitlines()[2],
+                    error_prefix="fit_curves")
     parser.add_argument("paths", nargs="+", help="study directory and/or records files (.parquet, .ndjson)")
     parser.add_argument("--out", default=None, help="report directory (default <study>/report)")
-    parser.add_argument("--bootstrap", type=int, default=DEFAULT_BOOTSTRAP, help="bootstrap resamples")
+    parser.add_argument("--bootstrap", type=int_arg, default=DEFAULT_BOOTSTRAP,
+                        help=f"bootstrap resamples (default {DEFAULT_BOOTSTRAP})")
     parser.add_argument("--x", default="n_params", choices=X_AXES, help="x axis of the fits")
-    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    try:
-        out = run(args.paths, args.out, bootstrap=args.bootstrap, x=args.x, seed=args.seed)
-    except RecordsError as exc:
-        print(f"fit_curves: {exc}", file=sys.stderr)
-        return 2
-    print(out / "report.html")
-    return 0
+    parser.add_argument("--seed", type=int_arg, default=0, help="bootstrap seed (>= 0)")
+    args = parse(parser, argv)
+    if isinstance(args, int):
+        return args
+
+    def body() -> int:
+        if not 0 <= args.seed < 2**32:
+            raise RecordsError(f"--seed: {args.seed} must be in [0, 2**32); pass a non-negative seed")
+        out = Path(args.out) if args.out is not None else default_out([Path(p) for p in args.paths])
+        check_out(out)
+        print(run(args.paths, out, bootstrap=args.bootstrap, x=args.x, seed=args.seed) / "report.html")
+        return 0
+
+    return run_main("fit_curves", body)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@ log L, L-BFGS-B from a grid of starts, with the analytic gradient.
 Parameters are optimised as theta = (e, a, alpha) with E = exp(e), A_ref = exp(a) and x taken
 relative to a reference x_ref (geometric mean of the fitted x), so log L_hat =
 logaddexp(e, a - alpha * log(x / x_ref)). Many problems (bootstrap resamples, grid starts) are
-solved in one L-BFGS-B call on the block-separable sum of their objectives: blocks do not
-interact, and because their Hessians are alike the joint quasi-Newton model stays good.
+solved together by iteratively reweighted Levenberg-Marquardt vectorised over problems
+(`minimise_batched`); the best grid start is then polished by L-BFGS-B (`polish`).
 """
 from __future__ import annotations
 
@@ -44,12 +44,6 @@ class PowerLaw:
         return x
 
 
-def to_powerlaw(theta: np.ndarray, x_ref: float) -> PowerLaw:
-    """theta = (e, a, alpha) in reference units -> PowerLaw in original units."""
-    e, a, alpha = (float(v) for v in theta)
-    return PowerLaw(E=math.exp(e), A=math.exp(a + alpha * math.log(x_ref)), alpha=alpha)
-
-
 def huber_objective(theta: np.ndarray, lx: np.ndarray, log_y: np.ndarray,
                     delta: float = HUBER_DELTA) -> tuple[float, np.ndarray]:
     """Sum over problems and points of Huber_delta(log L_hat - log L) / delta, and its gradient.
@@ -71,26 +65,6 @@ def huber_objective(theta: np.ndarray, lx: np.ndarray, log_y: np.ndarray,
     w_a = 1.0 - w_e  # d pred / d a
     grad = np.stack([(psi * w_e).sum(1), (psi * w_a).sum(1), -(psi * w_a * lx).sum(1)], axis=1)
     return float(value), grad.reshape(np.shape(theta))
-
-
-def minimise_blocks(lx: np.ndarray, log_y: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Solve B independent fits in one L-BFGS-B call; returns (theta [B, 3], objective [B])."""
-    n_blocks = starts.shape[0]
-    log_y = np.broadcast_to(log_y, (n_blocks, lx.size))
-
-    def fun(flat: np.ndarray) -> tuple[float, np.ndarray]:
-        value, grad = huber_objective(flat.reshape(n_blocks, 3), lx, log_y)
-        return value, grad.ravel()
-
-    res = minimize(fun, starts.ravel(), jac=True, method="L-BFGS-B",
-                   bounds=list(BOUNDS) * n_blocks, options=LBFGS_OPTIONS)
-    theta = res.x.reshape(n_blocks, 3)
-    return theta, block_objectives(theta, lx, log_y)
-
-
-def block_objectives(theta: np.ndarray, lx: np.ndarray, log_y: np.ndarray) -> np.ndarray:
-    """Objective of each block separately."""
-    return np.array([huber_objective(t, lx, y)[0] for t, y in zip(theta, np.atleast_2d(log_y))])
 
 
 def grid_starts(y: np.ndarray) -> np.ndarray:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import polars as pl
 
+from cli import InputError
+
 # column -> (kind, nullable); kinds: str, int, float (ints accepted and cast). CONTRACTS.md "Records".
 SCHEMA: dict[str, tuple[str, bool]] = {
     "study": ("str", False), "run_id": ("str", False), "family": ("str", False),
@@ -30,8 +32,7 @@ OPTION_PREFIX = "opt_"  # run options joined from spec.json: model_options keys 
 SPEC_SCALAR_OPTIONS = ("ema",)  # top-level spec.json fields that are ablation options
 
 
-class RecordsError(Exception):
-    """Bad input; the message is one line naming the column or path and the fix."""
+RecordsError = InputError  # the one input-error type of every CLI (cli.InputError), by its records name
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,8 @@ def validate(frame: pl.DataFrame, source: str) -> pl.DataFrame:
     for name in KEY_COLUMNS:
         if frame[name].null_count():
             raise RecordsError(f"{source}: column '{name}' has null values; every record needs a {name}")
+    if len(frame) and frame["n_params"].min() <= 0:
+        raise RecordsError(f"{source}: column 'n_params' has a value <= 0; parameter counts must be positive")
     casts = [pl.col(n).cast(CAST[k]) for n, (k, _) in SCHEMA.items()]
     return frame.with_columns(casts)
 
@@ -91,7 +94,7 @@ def load(paths: list[str | Path]) -> Inputs:
     """Records from study directories and/or files (all validated before anything is written)."""
     if not paths:
         raise RecordsError("paths: no study directory or records file given; pass <study> or files")
-    frames, options, curves, missing, study_dir = [], [], [], [], None
+    frames, options, curves, missing, notes, study_dir = [], [], [], [], [], None
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
@@ -101,31 +104,45 @@ def load(paths: list[str | Path]) -> Inputs:
             options += part["options"]
             curves += part["curves"]
             missing += part["missing"]
+            notes += part["notes"]
         elif path.is_file():
             frames.append(read_file(path))
         else:
             raise RecordsError(f"{path}: no such file or directory; pass a study dir or records files")
     records = _concat(frames)
+    if records.is_empty():
+        raise RecordsError(f"{paths[0]}: the records hold 0 rows; evaluate runs or pass non-empty record files")
     return Inputs(records=records, study_dir=study_dir, sources=tuple(str(p) for p in paths),
                   options=_concat(options) if options else None,
-                  curves=_concat(curves) if curves else None, missing_runs=tuple(missing))
+                  curves=_concat(curves) if curves else None, missing_runs=tuple(missing),
+                  notes=tuple(notes))
 
 
 def _load_study(study: Path) -> dict[str, list]:
     files = sorted(study.glob("runs/*/eval.parquet"))
     if not files:
         raise RecordsError(f"{study}/runs/*/eval.parquet: no records found; evaluate runs or pass record files")
-    out: dict[str, list] = {"frames": [read_file(f) for f in files], "options": [], "curves": [], "missing": []}
+    out: dict[str, list] = {"frames": [read_file(f) for f in files], "options": [], "curves": [], "missing": [],
+                            "notes": []}
+    unevaluated: dict[str, list[str]] = {}
     for run_dir in sorted(p for p in (study / "runs").iterdir() if p.is_dir()):
         if not (run_dir / "eval.parquet").is_file():
             out["missing"].append(f"{run_dir.name} ({_run_state(run_dir)})")
+        for warning in (_read_json(run_dir / "status.json") or {}).get("warnings", []):
+            if str(warning).startswith(UNEVALUATED_PREFIX):
+                unevaluated.setdefault(str(warning)[len(UNEVALUATED_PREFIX):], []).append(run_dir.name)
         opts = _run_options(run_dir)
         if opts is not None:
             out["options"].append(opts)
         curve = _run_curve(run_dir)
         if curve is not None:
             out["curves"].append(curve)
+    out["notes"] = [f"not evaluated in {len(runs)} run(s): {what}" for what, runs in sorted(unevaluated.items())]
     return out
+
+
+# A run's status.json warning for a zero-shot set its suite wanted but could not have (jobs.evaluate).
+UNEVALUATED_PREFIX = "eval: zero-shot set not evaluated: "
 
 
 def _read_json(path: Path) -> dict | None:

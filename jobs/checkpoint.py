@@ -5,8 +5,8 @@ Layout of one checkpoint, `run_dir/ckpt/step_XXXXXXXX/`:
 - `model.pt`: `{"model": full state dict, "ema": EMA state or None, "step": int}`: everything
   evaluation needs, never sharded (ZeRO-3 weights are gathered before saving), so `load_model`
   works without DeepSpeed;
-- engine state: `trainer.pt` (torch engine: optimizer, RNG states) or `ds/` plus
-  `rank_XXXX.pt` (DeepSpeed: its own `save_checkpoint` output and each rank's RNG states);
+- engine state: `optimizer.pt` (torch engine) or `ds/` (DeepSpeed's own `save_checkpoint`
+  output), and `rank_XXXX.pt` per rank (its RNG states, both engines);
 - `meta.json` (written last): step, engine and the sha256 of every other file.
 
 A checkpoint is built in `ckpt/.tmp_step_XXXXXXXX/`, each file fsynced, then renamed into place,
@@ -26,13 +26,13 @@ from typing import Any
 
 import torch
 
-from jobs.runfiles import SPEC_FILE, atomic_write_json, fsync_dir
+from cli import InputError
+from jobs.runfiles import CKPT_DIR, CKPT_PREFIX, SPEC_FILE, atomic_write_json, fsync_dir
 from jobs.spec import RunSpec
 
-CKPT_DIR = "ckpt"
 META_FILE = "meta.json"
 MODEL_FILE = "model.pt"
-_PREFIX = "step_"
+_PREFIX = CKPT_PREFIX
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def checkpoint_dirs(run_dir: str | Path) -> list[Path]:
     if not root.is_dir():
         return []
     found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(_PREFIX)]
-    return sorted(found, key=lambda p: int(p.name[len(_PREFIX):]))
+    return sorted((p for p in found if p.name[len(_PREFIX):].isdigit()), key=step_of)
 
 
 def sha256_file(path: Path, fsync: bool = False) -> str:
@@ -80,9 +80,28 @@ def _files(root: Path) -> list[Path]:
 
 
 def save_file(obj: Any, path: Path) -> None:
-    """`torch.save` into a staging directory (fsynced at commit)."""
+    """`torch.save` into a staging directory (fsynced at commit). A failed write (a full disk)
+    raises its own OSError, not the archive writer's RuntimeError that hides it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(obj, path)
+    with open(path, "wb") as handle:
+        try:
+            torch.save(obj, handle)
+        except RuntimeError as error:
+            if isinstance(error.__context__, OSError):
+                raise error.__context__ from None
+            raise
+
+
+def step_of(path: Path) -> int:
+    """The step of a checkpoint directory, from its name."""
+    return int(path.name[len(_PREFIX):])
+
+
+def remove_staging(run_dir: str | Path) -> None:
+    """Delete every staging directory (`ckpt/.tmp_step_*`): a save that failed or was killed."""
+    root = Path(run_dir) / CKPT_DIR
+    for tmp in root.glob(f".tmp_{_PREFIX}*") if root.is_dir() else ():
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def prepare(run_dir: str | Path, step: int) -> Path:
@@ -177,12 +196,14 @@ def _pick_weights(weights: str, spec: RunSpec) -> str:
 
 
 def load_model(run_dir: str | Path, weights: str = "auto",
-               warn: Callable[[str], None] | None = None
+               warn: Callable[[str], None] | None = None, device: str | torch.device = "cpu"
                ) -> tuple[torch.nn.Module, RunSpec, CheckpointInfo]:
     """Build the run's model from spec.json and load its newest valid checkpoint.
 
     `weights`: `auto` (EMA weights when the run used EMA, else raw), `ema` or `raw`. The model is
-    returned in eval mode on the CPU. Raises `FileNotFoundError` when no valid checkpoint exists.
+    returned in eval mode on `device`: `cpu` (default), a torch device, or `auto` for the run's
+    device rule (`jobs.device.pick_device`: this rank's GPU where CUDA exists). Raises
+    `FileNotFoundError` when no valid checkpoint exists.
     """
     spec = RunSpec.load(Path(run_dir) / SPEC_FILE)
     chosen = _pick_weights(weights, spec)
@@ -201,4 +222,29 @@ def load_model(run_dir: str | Path, weights: str = "auto",
         ema.apply_to(model)
     info = CheckpointInfo(path=path, step=int(state["step"]),
                           engine=read_meta(path)["engine"], weights=chosen)
-    return model.eval(), spec, info
+    if device == "auto":
+        from jobs.device import pick_device
+
+        device = pick_device()
+    return model.to(device).eval(), spec, info
+
+
+def load_run(run_dir: str | Path, weights: str = "auto", device="cpu") -> tuple[torch.nn.Module, RunSpec, CheckpointInfo]:
+    """`load_model` for evaluation and generation, with every problem as a `cli.InputError`: no
+    spec.json, no valid checkpoint, or a newer checkpoint that fails its checksum (never used
+    silently at an older step: the message says to train the run again from there)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / SPEC_FILE).is_file():
+        raise InputError(f"--run-dir: {run_dir} has no spec.json; pass a run directory")
+    problems: list[str] = []
+    try:
+        model, spec, info = load_model(run_dir, weights=weights, warn=problems.append, device=device)
+    except FileNotFoundError as error:
+        raise InputError(f"--run-dir: {error}") from None
+    except (ValueError, TypeError) as error:
+        raise InputError(str(error).splitlines()[0]) from None
+    if problems:
+        corrupt = problems[0].split(";")[0]
+        raise InputError(f"--run-dir: {corrupt}, newer than the valid one at step {info.step}; rerun "
+                         f"python -m jobs.train --run-dir {run_dir} to train it again from step {info.step}")
+    return model, spec, info

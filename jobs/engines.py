@@ -9,6 +9,7 @@ for EMA), and the collectives `mean`/`any` (identity on one process).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 from collections.abc import Iterator
@@ -18,23 +19,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from jobs import ds_config
 from jobs.checkpoint import MODEL_FILE, load_file, save_file
+from jobs.device import pick_device, use_bf16, use_compile
 from jobs.spec import RunSpec
 
 OPTIMIZER_FILE = "optimizer.pt"
 DS_DIR, DS_TAG = "ds", "state"
-
-
-def pick_device() -> torch.device:
-    """The GPU of this process's local rank when CUDA is available, else the CPU."""
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    return torch.device("cpu")
-
-
-def use_bf16(spec: RunSpec, device: torch.device) -> bool:
-    """`auto`: bf16 on GPU, fp32 on CPU; `fp32`/`bf16` as stated."""
-    return spec.precision == "bf16" or (spec.precision == "auto" and device.type == "cuda")
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -56,6 +47,7 @@ class TorchEngine:
 
     name = "torch"
     rank, world_size = 0, 1
+    config = None  # no engine config (DeepSpeed's is recorded in the manifest)
 
     def __init__(self, model: nn.Module, spec: RunSpec):
         if int(os.environ.get("WORLD_SIZE", 1)) > 1:
@@ -64,6 +56,8 @@ class TorchEngine:
         self.device = pick_device()
         self.model = model.to(self.device)
         self.bf16 = use_bf16(spec, self.device)
+        if use_compile(spec, self.device):
+            model.core.compile_stack()
         self.optimizer = make_optimizer(model, spec)
         self.grad_clip = spec.grad_clip
         self.n_micro_total = spec.batch_size // spec.micro_batch
@@ -158,27 +152,33 @@ class _LossModule(nn.Module):
 
 
 def deepspeed_config(spec: RunSpec, world_size: int, bf16: bool) -> dict[str, Any]:
-    """The DeepSpeed config for a spec: same global batch, client AdamW, clip, ZeRO stage."""
+    """The DeepSpeed config for a spec: same global batch, client AdamW, clip, ZeRO stage, with
+    the user's overlay (`spec.deepspeed_config`, checked again here) merged in."""
     micro = spec.micro_batch_size or spec.batch_size // world_size  # 0: no accumulation
     if micro < 1 or spec.batch_size % (micro * world_size):
         raise ValueError(f"batch_size: {spec.batch_size} must be a multiple of micro_batch_size "
                          f"({micro}) x ranks ({world_size})")
-    return {
+    generated = {
         "train_batch_size": spec.batch_size,
         "train_micro_batch_size_per_gpu": micro,
         "gradient_accumulation_steps": spec.batch_size // (micro * world_size),
         "gradient_clipping": spec.grad_clip,
         "zero_optimization": {"stage": spec.zero_stage},
         "zero_allow_untested_optimizer": True,  # the client optimizer is torch's AdamW
+        "zero_force_ds_cpu_optimizer": False,  # ... also under an overlay's optimizer offload
         "bf16": {"enabled": bf16},
         "fp16": {"enabled": False},
         "steps_per_print": 1 << 30,
         "wall_clock_breakdown": False,
     }
+    overlay = json.loads(spec.deepspeed_config) if spec.deepspeed_config else {}
+    ds_config.check_overlay(overlay)
+    return ds_config.merged(generated, overlay)
 
 
 class DeepSpeedEngine:
-    """DeepSpeed ZeRO 1/2/3 with torch's AdamW (nothing to compile); gloo on CPU, NCCL on GPU.
+    """DeepSpeed ZeRO 1/2/3 with torch's AdamW (no DeepSpeed op builds); gloo on CPU, NCCL on GPU.
+    The run's `compile` setting applies under ZeRO-1/2; ZeRO-3 runs the eager core.
 
     Each rank takes its slice of every step's global batch (chunks rank*A .. rank*A + A - 1 of
     the step's batch_size/micro chunks, A = accumulation steps), so the data are the same as the
@@ -199,7 +199,9 @@ class DeepSpeedEngine:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         self.bf16, self.stage = use_bf16(spec, self.device), spec.zero_stage
-        config = deepspeed_config(spec, self.world_size, self.bf16)
+        if use_compile(spec, self.device) and self.stage < 3:  # ZeRO-3's gather hooks stay eager
+            model.core.compile_stack()
+        self.config = config = deepspeed_config(spec, self.world_size, self.bf16)
         wrapper = _LossModule(model)
         self.optimizer = make_optimizer(model, spec)
         self.ds, _, _, _ = deepspeed.initialize(model=wrapper, optimizer=self.optimizer, config=config)

@@ -15,6 +15,7 @@ rerun writes the same rows. CLI: `python -m jobs.evaluate --run-dir DIR [--suite
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
@@ -26,18 +27,21 @@ from typing import Callable
 import polars as pl
 import torch
 
+from cli import InputError, Parser, int_arg, parse, run_main
+from jobs import checkpoint
 from jobs.allocator import keep_freed_memory
+from jobs.device import Placement, placement
+from jobs.generate import GenSettings, generation_rows, write_samples
+from jobs.preflight import check_eval_dir
 from jobs.records import record, run_context, to_frame, write_records
+from jobs.runlock import holding
 from jobs.suites import SUITES, Suite
 from models import likelihood as lk
 
 EVAL_SEED = 20240917  # any fixed number; recorded in every row as eval_seed
-EVAL_BATCH = 8  # sequences per forward pass
 LN2 = math.log(2.0)
 
 
-class InputError(ValueError):
-    """Bad input: the message is one line naming the field and the fix."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,7 @@ class Settings:
     seq_len: int | None = None  # chunk length; defaults to the model's context
     data_dir: str | None = None
     require_zero_shot: bool = False  # the caller named the sets: a missing one is an error
+    place: Placement | None = None  # device, precision and batch (`jobs.device.placement` of the run)
 
 
 @dataclass(frozen=True)
@@ -70,7 +75,14 @@ def _positive(name: str, value) -> None:
 
 
 def make_settings(suite: str = "quick", **overrides) -> Settings:
-    """Suite `suite` with overrides (k_mc, m_max, n_targets, val_chunks, zero_shot, ...)."""
+    """Suite `suite` with overrides (k_mc, m_max, n_targets, val_chunks, zero_shot, ...).
+
+    `suite` may name its zero-shot sets, `SUITE:SET,SET`: they replace the suite's and are required."""
+    from jobs.datasets import parse_eval_suite
+
+    suite, named = parse_eval_suite(suite)
+    if named and overrides.get("zero_shot") is None:
+        overrides["zero_shot"] = named
     if suite not in SUITES:
         raise InputError(f"--suite: unknown suite {suite!r}; choose one of {list(SUITES)}")
     outer = {k: overrides.pop(k) for k in ("seed", "weights", "seq_len", "data_dir") if k in overrides}
@@ -91,7 +103,7 @@ def _validation(spec, enc, seq_len: int, n: int) -> Dataset:
     from jobs import data
     from jobs.datasets import token_byte_lengths
 
-    tokens = data.token_array(spec.corpus, spec.tokenizer, "validation")
+    tokens = data.token_array(spec.corpus, spec.tokenizer, "validation", spec.text_field)
     chunks = next(data.val_batches(tokens, n, seq_len, n_batches=1))
     n_bytes = int(token_byte_lengths(enc)[chunks.numpy()].sum())
     chunking = (f"first {len(chunks)} non-overlapping {seq_len}-token windows of the validation split "
@@ -103,30 +115,45 @@ def _data_dir(settings: Settings) -> str | None:
     return settings.data_dir or os.environ.get("AOSCALE_DATA") or None
 
 
-def load_datasets(spec, settings: Settings, seq_len: int) -> list[Dataset]:
-    """The run's validation split, then each zero-shot set (when a data folder is known)."""
+def load_datasets(spec, settings: Settings, seq_len: int,
+                  missing: list[str] | None = None) -> list[Dataset]:
+    """The run's validation split, then each zero-shot set (from the data folder or the Hub).
+
+    A set that cannot be had is an error when the caller named the sets; otherwise it is
+    appended to `missing` as "name: reason" (never skipped in silence)."""
     from jobs.data import get_encoding
     from jobs.datasets import load_eval_set
 
     enc = get_encoding(spec.tokenizer)
     out = [_validation(spec, enc, seq_len, settings.suite.val_chunks)]
-    data_dir = _data_dir(settings)
-    if data_dir is None and not settings.require_zero_shot:
-        return out  # no data folder: the suite's default zero-shot sets are skipped
     for name in settings.suite.zero_shot:
-        s = load_eval_set(name, enc, seq_len, data_dir=data_dir, max_chunks=settings.suite.zero_shot_chunks)
+        try:
+            s = load_eval_set(name, enc, seq_len, data_dir=_data_dir(settings),
+                              max_chunks=settings.suite.zero_shot_chunks)
+        except ValueError as error:
+            if settings.require_zero_shot or missing is None:
+                raise
+            missing.append(f"{name}: {str(error)[:300]}")
+            continue
         out.append(Dataset(s.name, s.split, s.chunks, s.n_bytes, s.chunking))
     return out
 
 
 # ---- metrics -----------------------------------------------------------------------------------
-def generator(seed: int, *names: str) -> torch.Generator:
-    """A generator seeded from the eval seed and a name, independent of what else runs."""
-    return torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32("/".join(names).encode()))
+def generator(seed: int, *names: str, device: torch.device | str = "cpu") -> torch.Generator:
+    """A generator on `device` seeded from the eval seed and a name, independent of what else runs."""
+    return torch.Generator(device).manual_seed(seed * 1_000_003 + zlib.crc32("/".join(names).encode()))
 
 
-def _batches(chunks: torch.Tensor) -> list[torch.Tensor]:
-    return [chunks[i:i + EVAL_BATCH] for i in range(0, len(chunks), EVAL_BATCH)]
+def _batches(chunks: torch.Tensor, settings: Settings) -> list[torch.Tensor]:
+    """Batches of the placement's size (8 without one), on its device."""
+    place = settings.place
+    size, device = (place.eval_batch, place.device) if place else (8, "cpu")
+    return [chunks[i:i + size].to(device) for i in range(0, len(chunks), size)]
+
+
+def _device(settings: Settings) -> torch.device | str:
+    return settings.place.device if settings.place else "cpu"
 
 
 def _row(ctx, ds: Dataset, metric: str, **fields) -> dict:
@@ -135,7 +162,7 @@ def _row(ctx, ds: Dataset, metric: str, **fields) -> dict:
 
 def l2r_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
     """nll_l2r (nats/token) and bpb_l2r (bits/byte), exact."""
-    nll = torch.cat([lk.l2r_nll(model, b) for b in _batches(ds.chunks)]).double()
+    nll = torch.cat([lk.l2r_nll(model, b) for b in _batches(ds.chunks, settings)]).double().cpu()
     n = len(ds.chunks)
     return [_row(ctx, ds, "nll_l2r", value=nll.mean(), unit="nats/token", n_samples=n, estimator="exact"),
             _row(ctx, ds, "bpb_l2r", value=nll.sum() / LN2 / ds.n_bytes, unit="bits/byte", n_samples=n,
@@ -150,8 +177,8 @@ def _mc_row(ctx, ds, metric, draws: torch.Tensor, estimator: str, **fields) -> d
 
 def anyorder_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
     """nll_anyorder over K uniform permutations per sequence."""
-    k, g = settings.suite.k_mc, generator(settings.seed, ds.name, "nll_anyorder")
-    draws = torch.cat([lk.anyorder_draws(model, b, k, g) for b in _batches(ds.chunks)])
+    k, g = settings.suite.k_mc, generator(settings.seed, ds.name, "nll_anyorder", device=_device(settings))
+    draws = torch.cat([lk.anyorder_draws(model, b, k, g) for b in _batches(ds.chunks, settings)])
     return [_mc_row(ctx, ds, "nll_anyorder", draws, "perm_mc", k_mc=k)]
 
 
@@ -166,8 +193,8 @@ def ensemble_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dic
     s = settings.suite
     chunks = ds.chunks[:s.ensemble_chunks]
     n_targets = min(s.n_targets, chunks.shape[1])
-    g = generator(settings.seed, ds.name, "nll_ensemble")
-    logp = torch.cat([lk.ensemble_logprobs(model, b, s.m_max, n_targets, g)[0] for b in _batches(chunks)])
+    g = generator(settings.seed, ds.name, "nll_ensemble", device=_device(settings))
+    logp = torch.cat([lk.ensemble_logprobs(model, b, s.m_max, n_targets, g)[0] for b in _batches(chunks, settings)])
     return [_mc_row(ctx, ds, "nll_ensemble", lk.ensemble_losses(logp, m), "ctx_ensemble", m=m,
                     n_targets=n_targets) for m in ensemble_sweep(s.m_max)]
 
@@ -183,8 +210,8 @@ def elbo_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
     kdce bound of its softmax-normalised logits; the `estimator` column says which)."""
     k, rows = settings.suite.k_mc, []
     for est in lk.elbo_estimators(model):
-        g = generator(settings.seed, ds.name, f"nll_elbo_{est}")
-        draws = torch.cat([lk.mdm_elbo_draws(model, b, k, est, g) for b in _batches(ds.chunks)])
+        g = generator(settings.seed, ds.name, f"nll_elbo_{est}", device=_device(settings))
+        draws = torch.cat([lk.mdm_elbo_draws(model, b, k, est, g) for b in _batches(ds.chunks, settings)])
         rows.append(_mc_row(ctx, ds, f"nll_elbo_{est}", draws, est, k_mc=k))
         if est == _default_estimator(model):
             rows.append(_mc_row(ctx, ds, "nll_anyorder", draws, est, k_mc=k))
@@ -220,7 +247,7 @@ def lambada_rows(model, spec, ctx: dict, settings: Settings) -> list[dict]:
         groups.setdefault((len(context), len(target)), []).append(context + target)
     hits = 0
     for (a, t), seqs in sorted(groups.items()):
-        for batch in _batches(torch.tensor(seqs)):
+        for batch in _batches(torch.tensor(seqs), settings):
             hits += int(lk.span_scores(model, batch, a, a + t)[1].all(1).sum())
     acc = hits / len(items)
     ds = Dataset("lambada", "test", torch.empty(0), 0, "OpenAI LAMBADA test; context truncated to the "
@@ -238,10 +265,10 @@ def infill_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]
     span = min(settings.suite.infill_span, L - 2)
     a = (L - span) // 2
     nll, em = [], []
-    for batch in _batches(ds.chunks):
+    for batch in _batches(ds.chunks, settings):
         n, hits = lk.span_scores(model, batch, a, a + span)
-        nll.append(n.double().mean(1))
-        em.append(hits.all(1).double())
+        nll.append(n.double().mean(1).cpu())
+        em.append(hits.all(1).double().cpu())
     nll, em = torch.cat(nll), torch.cat(em)
     context = INFILL_CONTEXT.get(model.family, "prefix_suffix")
     chunking = f"{ds.chunking}; span = tokens [{a}, {a + span}) of each chunk"
@@ -253,20 +280,16 @@ def infill_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]
 
 # ---- the job -----------------------------------------------------------------------------------
 def load_run(run_dir: str | Path, weights: str):
-    """(model, spec, info) of the run's newest valid checkpoint; InputError when there is none."""
-    from jobs.checkpoint import load_model
-
-    run_dir = Path(run_dir)
-    if not (run_dir / "spec.json").is_file():
-        raise InputError(f"--run-dir: {run_dir} has no spec.json; pass a run directory")
-    try:
-        loaded = load_model(run_dir, weights=weights)
-    except FileNotFoundError as error:
-        raise InputError(f"--run-dir: {error}") from None
-    except ValueError as error:
-        raise InputError(str(error)) from None
-    keep_freed_memory()  # the model is on the CPU, fed batches of the same shapes again and again
-    return loaded
+    """(model, spec, info) of the run's newest checkpoint, on the run's device with its compile
+    setting (`jobs.device.placement`); InputError when there is none or a newer one is corrupt
+    (see jobs.checkpoint.load_run)."""
+    model, spec, info = checkpoint.load_run(run_dir, weights, device="auto")
+    place = placement(spec)
+    if place.compile:
+        model.core.compile_stack()
+    if place.device.type == "cpu":
+        keep_freed_memory()  # batches of the same shapes again and again: no page faults for them
+    return model, spec, info
 
 
 def _seq_len(model, settings: Settings) -> int:
@@ -294,19 +317,33 @@ def evaluate(run_dir: str | Path, suite: str = "quick", **overrides) -> pl.DataF
     settings = make_settings(suite, **overrides)
     rows: list[dict] = []
     model, spec, info = load_run(run_dir, "raw" if settings.weights == "auto" else settings.weights)
+    settings = replace(settings, place=placement(spec))
     L = _seq_len(model, settings)
+    missing: list[str] = []
     try:
-        datasets = load_datasets(spec, settings, L)
+        datasets = load_datasets(spec, settings, L, missing)
     except ValueError as error:
         raise InputError(str(error)) from None
     for kind in weight_kinds(spec, settings.weights):
         if kind != info.weights:
             model, spec, info = load_run(run_dir, kind)
         ctx = {**run_context(spec, model.count_params(), model.flops_per_token(), info.step, info.weights),
-               "eval_seed": settings.seed}
-        rows += compute_rows(model, spec, datasets, ctx, settings, Path(run_dir))
+               "eval_seed": settings.seed, **settings.place.columns()}
+        rows += compute_rows(model, spec, datasets, ctx, settings, Path(run_dir), missing)
     rows += unigram_rows(spec, model.vocab_size, datasets, {**ctx, "weights": None})
-    return write_records(run_dir, to_frame(rows), drop=("gen_ppl",) if settings.suite.generate else ())
+    frame = write_records(run_dir, to_frame(rows), drop=("gen_ppl",) if settings.suite.generate else ())
+    _report_missing(Path(run_dir), missing)
+    return frame
+
+
+def _report_missing(run_dir: Path, missing: list[str]) -> None:
+    """Name every zero-shot set the suite wanted but could not have, in status.json and stderr."""
+    from jobs.runfiles import add_status_warning
+
+    for entry in dict.fromkeys(missing):  # once each, though both weight kinds looked
+        message = f"eval: zero-shot set not evaluated: {entry}"
+        print(f"warning: {message}", file=sys.stderr, flush=True)
+        add_status_warning(run_dir, message)
 
 
 def unigram_rows(spec, vocab_size: int, datasets: list[Dataset], ctx: dict) -> list[dict]:
@@ -315,26 +352,32 @@ def unigram_rows(spec, vocab_size: int, datasets: list[Dataset], ctx: dict) -> l
     has learned nothing beyond token frequencies (DESIGN §7: the plateau)."""
     from jobs.unigram import unigram_nll
 
-    return [_row(ctx, ds, "nll_unigram", value=unigram_nll(spec.corpus, spec.tokenizer, vocab_size, ds.chunks),
+    return [_row(ctx, ds, "nll_unigram",
+                 value=unigram_nll(spec.corpus, spec.tokenizer, vocab_size, ds.chunks, spec.text_field),
                  unit="nats/token", n_samples=len(ds.chunks), estimator="unigram_add1_train")
             for ds in datasets]
 
 
 def compute_rows(model, spec, datasets: list[Dataset], ctx: dict, settings: Settings,
-                 run_dir: Path) -> list[dict]:
-    """Every metric of the suite, as record rows."""
+                 run_dir: Path, missing: list[str] | None = None) -> list[dict]:
+    """Every metric of the suite, as record rows (a LAMBADA that cannot be had goes to `missing`
+    unless the sets were named)."""
     rows = []
-    with torch.no_grad():
+    autocast = settings.place.autocast() if settings.place else contextlib.nullcontext()
+    with torch.no_grad(), autocast:
         for ds in datasets:
             for metric in FAMILY_METRICS[model.family]:
                 rows += metric(model, ds, ctx, settings)
         if settings.suite.infill_span:
             rows += infill_rows(model, datasets[-1 if len(datasets) == 1 else 1], ctx, settings)
-        if settings.suite.lambada and _data_dir(settings):
-            rows += lambada_rows(model, spec, ctx, settings)
+        if settings.suite.lambada:
+            try:
+                rows += lambada_rows(model, spec, ctx, settings)
+            except ValueError as error:
+                if settings.require_zero_shot or missing is None:
+                    raise
+                missing.append(f"lambada_acc: {str(error)[:300]}")
     if settings.suite.generate and ctx["weights"] == weight_kinds(spec, settings.weights)[0]:
-        from jobs.generate import GenSettings, generation_rows, write_samples
-
         gs = GenSettings(n_samples=settings.suite.gen_samples, seed=settings.seed)
         gen_rows, samples = generation_rows(model, spec, ctx, run_dir, gs=gs)
         write_samples(run_dir, samples)  # the judge scores them later if it is not trained yet
@@ -343,33 +386,31 @@ def compute_rows(model, spec, datasets: list[Dataset], ctx: dict, settings: Sett
 
 
 # ---- CLI ---------------------------------------------------------------------------------------
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2
-        print(f"error: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m jobs.evaluate", description="Evaluate one run's checkpoint.")
+    """The `python -m jobs.evaluate` argument parser."""
+    p = Parser(prog="python -m jobs.evaluate", description="Evaluate one run's checkpoint.")
     p.add_argument("--run-dir", required=True)
-    p.add_argument("--suite", default="quick", help="quick | paper")
-    p.add_argument("--k-mc", type=int, help="MC draws per sequence (permutations / ELBO samples)")
-    p.add_argument("--m-max", type=int, help="largest ensemble size M (sweep 1, 2, 4, ..., M)")
-    p.add_argument("--n-targets", type=int, help="target slots scored per sequence when ensembling")
-    p.add_argument("--val-chunks", type=int, help="validation windows of the run's corpus")
-    p.add_argument("--gen-samples", type=int, help="samples per step count (suites that generate: paper)")
+    p.add_argument("--suite", default="quick", help="quick | paper | SUITE:SET,SET (named sets required)")
+    p.add_argument("--k-mc", type=int_arg, help="MC draws per sequence (permutations / ELBO samples)")
+    p.add_argument("--m-max", type=int_arg, help="largest ensemble size M (sweep 1, 2, 4, ..., M)")
+    p.add_argument("--n-targets", type=int_arg, help="target slots scored per sequence when ensembling")
+    p.add_argument("--val-chunks", type=int_arg, help="validation windows of the run's corpus")
+    p.add_argument("--gen-samples", type=int_arg, help="samples per step count (suites that generate: paper)")
     p.add_argument("--datasets", help="comma-separated zero-shot sets (wikitext2,ptb,lm1b,lambada,shakespeare)")
-    p.add_argument("--max-chunks", type=int, help="chunks per zero-shot set")
-    p.add_argument("--seq-len", type=int, help="chunk length (at most the model's context)")
+    p.add_argument("--max-chunks", type=int_arg, help="chunks per zero-shot set")
+    p.add_argument("--seq-len", type=int_arg, help="chunk length (at most the model's context)")
     p.add_argument("--weights", default="auto", help="auto | ema | raw")
     p.add_argument("--data-dir", help="folder laid out like the offline data kit (default $AOSCALE_DATA)")
-    p.add_argument("--seed", type=int, default=EVAL_SEED)
+    p.add_argument("--seed", type=int_arg, default=EVAL_SEED)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI: exit 0 on success, 2 on bad input (one line on stderr, nothing written)."""
-    args = build_parser().parse_args(argv)
+    """CLI: exit 0 on success, 2 on bad input (one line on stderr, nothing written), 75 when
+    another process holds the run (jobs.runlock)."""
+    args = parse(build_parser(), argv)
+    if isinstance(args, int):
+        return args
     overrides = dict(k_mc=args.k_mc, m_max=args.m_max, n_targets=args.n_targets, val_chunks=args.val_chunks,
                      gen_samples=args.gen_samples,
                      zero_shot_chunks=args.max_chunks, seq_len=args.seq_len, weights=args.weights,
@@ -377,24 +418,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.datasets is not None:
         overrides["zero_shot"] = tuple(n.strip() for n in args.datasets.split(",") if n.strip())
 
-    def action() -> str:
+    def body() -> int:
         if args.max_chunks is not None:
             _positive("max_chunks", args.max_chunks)
-        frame = evaluate(args.run_dir, args.suite, **overrides)
-        return f"wrote {len(frame)} records to {Path(args.run_dir) / 'eval.parquet'}"
+        if args.seed < 0:
+            raise InputError(f"--seed: {args.seed} must be >= 0")
+        make_settings(args.suite, **overrides)  # every flag checked before the lock is taken
+        check_eval_dir(Path(args.run_dir))
+        with holding(args.run_dir):
+            frame = evaluate(args.run_dir, args.suite, **overrides)
+        print(f"wrote {len(frame)} records to {Path(args.run_dir) / 'eval.parquet'}")
+        return 0
 
-    return run_cli(action)
-
-
-def run_cli(action: Callable[[], str]) -> int:
-    """Run a CLI action: print its message and return 0, or one error line and 2 on InputError."""
-    try:
-        message = action()
-    except InputError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(message)
-    return 0
+    return run_main("error", body)
 
 
 if __name__ == "__main__":

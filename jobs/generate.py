@@ -27,8 +27,14 @@ from pathlib import Path
 import polars as pl
 import torch
 
-from jobs.records import record, run_context, to_frame, write_records
+from cli import InputError, Parser, float_arg, int_arg, parse, run_main
+from jobs.checkpoint import latest_valid, load_run
+from jobs.device import placement
+from jobs.preflight import check_eval_dir
+from jobs.records import read_records, record, run_context, to_frame, write_records
 from jobs.runfiles import atomic_write_bytes
+from jobs.runlock import holding
+from jobs.spec import RunSpec
 from models import likelihood as lk
 from models import sampling as sm
 
@@ -87,10 +93,6 @@ def load_judge(run_dir: Path, spec, length: int, judge_run: str | Path | None = 
 
     ValueError when the judge cannot judge: not an AR run, another tokenizer, a shorter context,
     or one of the compared runs of this study."""
-    from jobs.checkpoint import latest_valid
-    from jobs.evaluate import load_run
-    from jobs.spec import RunSpec
-
     path = judge_dir(run_dir, spec, judge_run)
     if path is None:
         return None, None
@@ -106,7 +108,7 @@ def load_judge(run_dir: Path, spec, length: int, judge_run: str | Path | None = 
                          "judge its own comparison (use the study's judge run or one from another study)")
     if latest_valid(path) is None:
         return None, None
-    model, other, _ = load_run(path, "auto")
+    model, other, _ = load_run(path, "auto", device="auto")
     return model, other.run_id
 
 
@@ -136,7 +138,7 @@ def self_nll_rows(model, ctx, gs: GenSettings, length: int) -> list[dict]:
     """gen_self_nll per tokens-per-step k (decoders): joint NLL of k-parallel samples."""
     rows = []
     for k in gs.tokens_per_step:
-        g = torch.Generator().manual_seed(gs.seed + k)
+        g = torch.Generator(model.wte.weight.device).manual_seed(gs.seed + k)
         out = sm.generate_aogpt(model, gs.n_samples, length, math.ceil(length / k), "linear", gs.sampling, g)
         with torch.no_grad():
             value, se = _mean_se(model.nll(out.tokens, out.order).mean(1))
@@ -154,9 +156,11 @@ def generation_rows(model, spec, ctx: dict, run_dir: Path, seed: int = GEN_SEED,
     steps_list = (length,) if model.family == "ar" else gs.steps
     rows, samples = [], []
     for steps in steps_list:
-        g = torch.Generator().manual_seed(gs.seed * 1_000_003 + steps)
+        g = torch.Generator(model.wte.weight.device).manual_seed(gs.seed * 1_000_003 + steps)
         start = time.perf_counter()
-        out = SAMPLERS[model.family](model, gs, length, steps, g)
+        with placement(spec).autocast():
+            out = SAMPLERS[model.family](model, gs, length, steps, g)
+        _synchronize(model)
         elapsed = time.perf_counter() - start
         extra = dict(steps=out.steps, estimator=_method(model, gs))  # the steps run, not those asked for
         rows.append(_gen_record(ctx, "gen_time_s", elapsed, "s", gs.n_samples, **extra))
@@ -170,6 +174,12 @@ def generation_rows(model, spec, ctx: dict, run_dir: Path, seed: int = GEN_SEED,
     if model.family in ("aogpt", "sigma_gpt"):
         rows += self_nll_rows(model, ctx, gs, length)
     return rows, samples
+
+
+def _synchronize(model) -> None:
+    """Wait for the model's GPU (timings cover the work, not its launch)."""
+    if model.wte.weight.device.type == "cuda":
+        torch.cuda.synchronize(model.wte.weight.device)
 
 
 def _sample_rows(spec, tokens: torch.Tensor, extra: dict) -> list[dict]:
@@ -193,13 +203,9 @@ def write_samples(run_dir: Path, samples: list[dict]) -> None:
 def score_samples(run_dir: str | Path, judge_run: str | Path | None = None) -> pl.DataFrame | None:
     """Add gen_ppl rows for samples.parquet under the judge (rows the run's own generation could
     not write because its judge was not trained yet). None when there is nothing to score."""
-    from jobs.records import read_records
-
     run_dir = Path(run_dir)
     if not (run_dir / SAMPLES_FILE).exists():
         return None
-    from jobs.spec import RunSpec
-
     spec = RunSpec.load(run_dir / "spec.json")
     records = read_records(run_dir)
     if not records.filter(pl.col("metric") == "gen_ppl").is_empty():
@@ -225,15 +231,13 @@ def score_samples(run_dir: str | Path, judge_run: str | Path | None = None) -> p
 def generate(run_dir: str | Path, gs: GenSettings = GenSettings(), weights: str = "auto",
              judge_run: str | Path | None = None) -> pl.DataFrame:
     """Sample from the run, write samples.parquet, merge records into eval.parquet."""
-    from jobs.evaluate import InputError, load_run
-
     run_dir = Path(run_dir)
-    model, spec, info = load_run(run_dir, weights)
+    model, spec, info = load_run(run_dir, weights, device="auto")
     length = gs.length or model.seq_len
     if length > model.seq_len:
         raise InputError(f"--length: {length} exceeds the model's context {model.seq_len}")
     ctx = {**run_context(spec, model.count_params(), model.flops_per_token(), info.step, info.weights),
-           "eval_seed": gs.seed}
+           "eval_seed": gs.seed, **placement(spec).columns()}
     try:
         rows, samples = generation_rows(model, spec, ctx, run_dir, gs=gs, judge_run=judge_run)
     except ValueError as error:
@@ -244,8 +248,6 @@ def generate(run_dir: str | Path, gs: GenSettings = GenSettings(), weights: str 
 
 # ---- CLI ---------------------------------------------------------------------------------------
 def _ints(text: str, name: str) -> tuple[int, ...]:
-    from jobs.evaluate import InputError
-
     try:
         values = tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
@@ -256,30 +258,27 @@ def _ints(text: str, name: str) -> tuple[int, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from jobs.evaluate import _Parser
-
-    p = _Parser(prog="python -m jobs.generate", description="Sample from a run and score the samples.")
+    """The `python -m jobs.generate` argument parser."""
+    p = Parser(prog="python -m jobs.generate", description="Sample from a run and score the samples.")
     p.add_argument("--run-dir", required=True)
-    p.add_argument("--n-samples", type=int, default=16)
-    p.add_argument("--length", type=int, help="tokens per sample (default: the model's context)")
+    p.add_argument("--n-samples", type=int_arg, default=16)
+    p.add_argument("--length", type=int_arg, help="tokens per sample (default: the model's context)")
     p.add_argument("--steps", default="64", help="comma-separated step counts T (decoders, MDMs)")
     p.add_argument("--schedule", default="linear", help="decoders: linear | cosine | bernoulli")
     p.add_argument("--sampler", help="MDM: ancestral | analytic | euler")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--temperature", type=float_arg, default=1.0)
+    p.add_argument("--top-p", type=float_arg, default=1.0)
     p.add_argument("--tokens-per-step", default="1,2,4,8", help="decoders: joint-vs-marginal sweep")
     p.add_argument("--judge-run", "--evaluator-run", dest="judge_run",
                    help="AR run directory that scores samples (default: the study's judge run); never a "
                         "compared run of the same study")
     p.add_argument("--weights", default="auto")
-    p.add_argument("--seed", type=int, default=GEN_SEED)
+    p.add_argument("--seed", type=int_arg, default=GEN_SEED)
     return p
 
 
 def settings_from_args(args) -> GenSettings:
     """Validated GenSettings from parsed CLI arguments (InputError naming the field)."""
-    from jobs.evaluate import InputError
-
     if args.n_samples < 1:
         raise InputError(f"--n-samples: must be a positive integer, got {args.n_samples}")
     if args.length is not None and args.length < 1:
@@ -297,15 +296,19 @@ def settings_from_args(args) -> GenSettings:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: exit 0 on success, 2 on bad input (one line on stderr, nothing written)."""
-    from jobs.evaluate import run_cli
+    args = parse(build_parser(), argv)
+    if isinstance(args, int):
+        return args
 
-    args = build_parser().parse_args(argv)
+    def body() -> int:
+        gs = settings_from_args(args)
+        check_eval_dir(Path(args.run_dir))
+        with holding(args.run_dir):
+            frame = generate(args.run_dir, gs, args.weights, args.judge_run)
+        print(f"wrote {SAMPLES_FILE} and {len(frame)} records to {args.run_dir}")
+        return 0
 
-    def action() -> str:
-        frame = generate(args.run_dir, settings_from_args(args), args.weights, args.judge_run)
-        return f"wrote {SAMPLES_FILE} and {len(frame)} records to {args.run_dir}"
-
-    return run_cli(action)
+    return run_main("error", body)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,6 @@
 """One run end to end: train (resuming) then evaluate; the callable every executor runs."""
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
@@ -11,16 +10,11 @@ from jobs.spec import RunSpec
 EVAL_FILE = "eval.parquet"
 
 
-def _evaluate_available() -> bool:
-    return importlib.util.find_spec("jobs.evaluate") is not None
-
-
 def execute_run(run_dir: str | Path, *, handle_signals: bool = False) -> str:
     """Train the run in `run_dir` (from its spec.json, resuming), then evaluate it once.
 
     Idempotent: a done run is not retrained and an existing `eval.parquet` is not recomputed.
-    Evaluation runs on rank 0 only and only when `jobs.evaluate` exists. Returns the training
-    state: done | failed | preempted.
+    Evaluation runs on rank 0 only. Returns the training state: done | failed | preempted.
     """
     from jobs.train import train
 
@@ -28,8 +22,8 @@ def execute_run(run_dir: str | Path, *, handle_signals: bool = False) -> str:
     spec = RunSpec.load(run_dir / SPEC_FILE)
     state = train(run_dir, spec, handle_signals=handle_signals)
     rank0 = int(os.environ.get("RANK", 0)) == 0
-    if state == "done" and rank0 and _evaluate_available() and not (run_dir / EVAL_FILE).exists():
+    if state == "done" and rank0 and not (run_dir / EVAL_FILE).exists():
         from jobs.evaluate import evaluate
 
-        evaluate(run_dir)
+        evaluate(run_dir, spec.eval_suite)
     return state

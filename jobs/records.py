@@ -12,6 +12,8 @@ number can be traced to how it was measured:
   role           compared | judge (the judge scores generated samples and enters no fit or gap)
   chunking       how the dataset was cut into sequences
   eval_seed      the seed all evaluation randomness derives from
+  device         where the model ran: cpu, or cuda (<GPU name>) (jobs.device.placement)
+  precision      fp32, or bf16 (autocast, where the run trained with it)
 `se` is the Monte-Carlo standard error given the evaluated sequences (null for exact values);
 for fractions (lambada_acc, infill_em) it is the binomial standard error over items.
 """
@@ -38,7 +40,8 @@ CONTRACT_SCHEMA: dict[str, pl.DataType] = {
 EXTRA_SCHEMA: dict[str, pl.DataType] = {
     "estimator": pl.String, "k_mc": pl.Int64, "n_targets": pl.Int64, "steps": pl.Int64,
     "tokens_per_step": pl.Int64, "evaluator": pl.String, "weights": pl.String,
-    "chunking": pl.String, "eval_seed": pl.Int64, "role": pl.String,
+    "chunking": pl.String, "eval_seed": pl.Int64, "role": pl.String, "device": pl.String,
+    "precision": pl.String,
 }
 SCHEMA = {**CONTRACT_SCHEMA, **EXTRA_SCHEMA}
 UNITS = ("nats/token", "bits/byte", "ppl", "s", "fraction")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from jobs import checkpoint as ckpt
 from jobs.runfiles import SPEC_FILE
-from jobs.spec import ENGINES, PRECISIONS, ZERO_STAGES, RunSpec
+from jobs.spec import COMPILE_SETTINGS, ENGINES, PRECISIONS, ZERO_STAGES, RunSpec
 
 
 
@@ -17,12 +17,14 @@ def validate(spec: RunSpec) -> None:
         (spec.engine in ENGINES, "engine", f"{spec.engine!r} is unknown; use one of {list(ENGINES)}"),
         (spec.zero_stage in ZERO_STAGES, "zero_stage", f"{spec.zero_stage} is invalid; use 1, 2 or 3"),
         (spec.precision in PRECISIONS, "precision", f"{spec.precision!r} is unknown; use {list(PRECISIONS)}"),
+        (spec.compile in COMPILE_SETTINGS, "compile", f"{spec.compile!r} is unknown; use {list(COMPILE_SETTINGS)}"),
         (spec.steps > 0, "steps", f"{spec.steps} must be a positive number of optimizer steps"),
         (spec.lr > 0, "lr", f"{spec.lr} must be positive"),
         (spec.warmup_steps >= 0, "warmup_steps", f"{spec.warmup_steps} must be >= 0"),
         (spec.seq_len >= 2, "seq_len", f"{spec.seq_len} must be >= 2"),
         (spec.batch_size > 0, "batch_size", f"{spec.batch_size} must be positive"),
-        (spec.micro_batch_size >= 0 and spec.batch_size % spec.micro_batch == 0, "micro_batch_size",
+        (spec.micro_batch_size >= 0 and spec.micro_batch > 0 and spec.batch_size % spec.micro_batch == 0,
+         "micro_batch_size",
          f"{spec.micro_batch_size} must divide batch_size {spec.batch_size} (0 = no accumulation)"),
         (0.0 <= spec.ema < 1.0, "ema", f"{spec.ema} must be in [0, 1) (0 = off)"),
         (0.0 <= spec.min_lr_ratio <= 1.0, "min_lr_ratio", f"{spec.min_lr_ratio} must be in [0, 1]"),

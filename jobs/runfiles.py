@@ -1,13 +1,18 @@
 """Files of a run directory: atomic writes, `status.json`, `metrics.ndjson`.
 
 Everything a user keeps is written to a temporary file in the same folder, fsynced and renamed
-over the target, so a crash leaves either the old or the new file, never a torn one.
+over the target, so a crash leaves either the old or the new file, never a torn one. status.json
+is the exception that keeps the rule "a run's status is always true": when the disk is full it
+is overwritten in place (no new blocks needed), and a corrupt one is rebuilt from the run's
+checkpoints and spec with a warning instead of stopping whoever reads it.
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -19,6 +24,10 @@ STATUS_FILE = "status.json"
 METRICS_FILE = "metrics.ndjson"
 SPEC_FILE = "spec.json"
 MANIFEST_FILE = "manifest.json"
+CKPT_DIR = "ckpt"  # checkpoints: ckpt/step_XXXXXXXX (see jobs.checkpoint)
+CKPT_PREFIX = "step_"
+REASON_CHARS = 300  # status reasons are one line, at most this long
+_WARNED: set[str] = set()
 
 
 def fsync_dir(path: Path) -> None:
@@ -79,21 +88,78 @@ def read_json(path: str | Path, default: Any = None) -> Any:
 
 
 def read_status(run_dir: str | Path) -> dict[str, Any]:
-    """The run's status (`{"state": "pending"}` when no status file exists yet)."""
-    return read_json(Path(run_dir) / STATUS_FILE, default={"state": "pending", "step": 0})
+    """The run's status (`{"state": "pending"}` when no status file exists yet).
+
+    A status.json that does not parse is rebuilt from the checkpoints and spec.json (see
+    `rebuild_status`) with a warning; the next `write_status` stores the rebuilt one."""
+    path = Path(run_dir) / STATUS_FILE
+    try:
+        status = read_json(path, default={"state": "pending", "step": 0})
+    except (ValueError, OSError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return rebuild_status(run_dir, f"{path} was unreadable ({type(error).__name__})")
+    if not isinstance(status, dict) or status.get("state") not in STATES:
+        return rebuild_status(run_dir, f"{path} held no valid state")
+    return status
+
+
+def checkpoint_steps(run_dir: str | Path) -> list[int]:
+    """Steps of the committed checkpoint directories (unverified), ascending."""
+    root = Path(run_dir) / CKPT_DIR
+    names = [p.name for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
+    return sorted(int(n[len(CKPT_PREFIX):]) for n in names
+                  if n.startswith(CKPT_PREFIX) and n[len(CKPT_PREFIX):].isdigit())
+
+
+def rebuild_status(run_dir: str | Path, why: str) -> dict[str, Any]:
+    """A status rebuilt from what the run directory holds: the newest checkpoint's step and
+    spec.json's steps; `done` when that checkpoint is the last step, else `preempted` (resumable)
+    or `pending`. The warning goes to stderr and into the status's `warnings`."""
+    steps = checkpoint_steps(run_dir)
+    step = steps[-1] if steps else 0
+    try:
+        total = int(read_json(Path(run_dir) / SPEC_FILE, default={}).get("steps", 0))
+    except (ValueError, OSError, AttributeError):
+        total = 0
+    state = "done" if total and step >= total else ("preempted" if step else "pending")
+    message = f"status: {why}; rebuilt from the checkpoints as {state} at step {step}"
+    if message not in _WARNED:  # once per process: status.json is read many times
+        _WARNED.add(message)
+        print(f"warning: {message}", file=sys.stderr, flush=True)
+    return {"state": state, "step": step, "steps": total, "warnings": [message]}
 
 
 def write_status(run_dir: str | Path, state: str, **fields: Any) -> dict[str, Any]:
-    """Merge `fields` into status.json with a new `state` and `updated_at`; returns the status."""
+    """Merge `fields` into status.json with a new `state` and `updated_at`; returns the status.
+
+    When the disk is full the file is overwritten in place (compact JSON), so a failure is still
+    recorded where a new file cannot be created."""
     if state not in STATES:
         raise ValueError(f"status: state {state!r} must be one of {STATES}")
     status = read_status(run_dir)
     status.update(fields, state=state, updated_at=time.time())
-    if state != "failed":
+    if state not in ("failed", "preempted"):
         status.pop("reason", None)
+    if "reason" in status:
+        status["reason"] = " ".join(str(status["reason"]).split())[:REASON_CHARS]
     status["job_id"] = job_id()
-    atomic_write_json(Path(run_dir) / STATUS_FILE, status)
+    path = Path(run_dir) / STATUS_FILE
+    try:
+        atomic_write_json(path, status)
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT) or not path.exists():
+            raise
+        overwrite_in_place(path, json.dumps(status, sort_keys=True, default=str).encode())
     return status
+
+
+def overwrite_in_place(path: Path, data: bytes) -> None:
+    """Write `data` over the existing file's blocks, then cut it to length: needs no free space
+    while `data` is no longer than the file (not atomic: the fallback for a full disk)."""
+    with open(path, "r+b") as handle:
+        handle.write(data)
+        handle.truncate(len(data))
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def add_status_warning(run_dir: str | Path, message: str) -> None:

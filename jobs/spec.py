@@ -18,6 +18,7 @@ from typing import Any
 ENGINES = ("torch", "deepspeed")
 ZERO_STAGES = (1, 2, 3)
 PRECISIONS = ("auto", "fp32", "bf16")
+COMPILE_SETTINGS = ("auto", "on", "off")  # torch.compile of the core: auto = on GPU only
 
 
 @dataclass(frozen=True)
@@ -44,13 +45,17 @@ class RunSpec:
     seed: int = 0
     precision: str = "auto"  # auto = bf16 autocast on GPU, fp32 on CPU
     eval_batches: int = 8
+    text_field: str = "text"  # the corpus column holding the documents (see LATE_DEFAULTS)
     # ---- not hashed: resources, cadence, bookkeeping ----
     engine: str = "torch"
     zero_stage: int = 2
+    compile: str = "auto"  # torch.compile of the core's block stack (COMPILE_SETTINGS)
+    deepspeed_config: str = ""  # the user's DeepSpeed overlay as canonical JSON (jobs.ds_config)
     eval_every: int = 0  # 0 = only at the end
     checkpoint_every: int = 0  # 0 = only at the end
     keep_checkpoints: int = 2
     log_every: int = 10
+    eval_suite: str = "quick"  # jobs.evaluate's suite for the run's final evaluation
     study: str = ""
     variant: str = ""
     tracking: tuple[tuple[str, Any], ...] = ()
@@ -79,7 +84,8 @@ class RunSpec:
     @property
     def run_id(self) -> str:
         """sha256 of the canonical JSON of the result-changing fields, first 12 hex digits."""
-        hashed = {name: _plain(getattr(self, name)) for name in HASHED_FIELDS}
+        hashed = {name: _plain(getattr(self, name)) for name in HASHED_FIELDS
+                  if LATE_DEFAULTS.get(name, _NO_DEFAULT) != getattr(self, name)}
         return hashlib.sha256(canonical_json(hashed).encode()).hexdigest()[:12]
 
     def replace(self, **changes: Any) -> "RunSpec":
@@ -117,10 +123,14 @@ class RunSpec:
 
 
 UNHASHED_FIELDS = (
-    "engine", "zero_stage", "eval_every", "checkpoint_every", "keep_checkpoints",
-    "log_every", "study", "variant", "tracking", "role", "judge",
+    "engine", "zero_stage", "compile", "deepspeed_config", "eval_every", "checkpoint_every", "keep_checkpoints",
+    "log_every", "eval_suite", "study", "variant", "tracking", "role", "judge",
 )
 ROLES = ("compared", "judge")
+# Hashed fields added after run ids were first handed out: at these defaults they stay out of the
+# hash, so every run id from before they existed is unchanged.
+LATE_DEFAULTS: dict[str, Any] = {"text_field": "text"}
+_NO_DEFAULT = object()
 HASHED_FIELDS = tuple(f.name for f in dataclasses.fields(RunSpec) if f.name not in UNHASHED_FIELDS)
 
 

@@ -1,14 +1,19 @@
-"""Tracking: local metrics/status/manifest files always, wandb when installed and enabled.
+"""Tracking: local metrics/status/manifest files always, wandb when installed and asked for.
 
-wandb is on when `spec.tracking` has `wandb=true` or the environment sets `AOSCALE_WANDB=1`;
-it runs offline unless an API key is configured (`WANDB_API_KEY`) or `WANDB_MODE` says
-otherwise, and keeps its files in `run_dir/wandb`. Project and group are the study, the run
-name is the run id, the config is the spec.
+wandb is asked for by the study (`--wandb [PROJECT]`, or a `[tracking]` table: `wandb`, `project`,
+`entity`, `group`, `tags`, `mode`), or by `AOSCALE_WANDB=1`. It runs online whenever wandb is
+logged in (`WANDB_API_KEY`, or the netrc entry `wandb login` writes) unless `mode` or `WANDB_MODE`
+asks for offline, and keeps its files in `run_dir/wandb`. The project defaults to the study, the
+group to the study, the run name is `{family}-{variant}-{size}-s{seed}` and wandb's run id is the
+run id. A run resumed from a checkpoint behind wandb's last logged step rewinds wandb's history
+to that checkpoint (`resume_from`), so the redone steps replace the old ones.
 """
 from __future__ import annotations
 
 import datetime
 import importlib.metadata
+import json
+import netrc
 import os
 import platform
 import subprocess
@@ -16,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import torch
 
@@ -24,6 +30,28 @@ from jobs.spec import RunSpec
 
 PACKAGES = ("torch", "numpy", "deepspeed", "tiktoken", "polars", "wandb", "aoscale")
 DEFAULT_PROJECT = "aoscale"
+WANDB_KEYS = ("wandb", "project", "entity", "group", "tags", "mode")  # a study's [tracking] table
+WANDB_MODES = ("online", "offline", "disabled")
+WANDB_STATE = "wandb/aoscale.json"  # the last step this run logged to wandb (for rewinds)
+DEFAULT_HOST = "https://api.wandb.ai"
+
+
+def check_tracking(table: dict[str, Any]) -> dict[str, Any]:
+    """A validated `[tracking]` table (ValueError naming the key); `project` alone turns wandb on."""
+    unknown = sorted(set(table) - set(WANDB_KEYS))
+    if unknown:
+        raise ValueError(f"tracking: unknown key {unknown[0]!r}; valid: {', '.join(WANDB_KEYS)}")
+    if table.get("mode", "online") not in WANDB_MODES:
+        raise ValueError(f"tracking: mode must be one of {', '.join(WANDB_MODES)}, got {table['mode']!r}")
+    tags = table.get("tags", [])
+    if not isinstance(tags, list) or not all(isinstance(t, str) and t for t in tags):
+        raise ValueError(f"tracking: tags must be a list of non-empty strings, got {tags!r}")
+    for key in ("project", "entity", "group"):
+        if key in table and not (isinstance(table[key], str) and table[key]):
+            raise ValueError(f"tracking: {key} must be a non-empty string, got {table[key]!r}")
+    if not isinstance(table.get("wandb", False), bool):
+        raise ValueError(f"tracking: wandb must be true or false, got {table['wandb']!r}")
+    return {**table, "wandb": table.get("wandb", "project" in table)}
 
 
 def wandb_enabled(spec: RunSpec) -> bool:
@@ -38,33 +66,80 @@ def wandb_enabled(spec: RunSpec) -> bool:
     return True
 
 
-def _start_wandb(run_dir: Path, spec: RunSpec) -> Any:
-    import wandb
+def logged_in() -> bool:
+    """Whether wandb has credentials: `WANDB_API_KEY`, or a netrc entry for its host."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = urlparse(os.environ.get("WANDB_BASE_URL", DEFAULT_HOST)).hostname
+    try:
+        return netrc.netrc(os.environ.get("NETRC")).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
 
-    if "WANDB_MODE" not in os.environ and not os.environ.get("WANDB_API_KEY"):
-        os.environ["WANDB_MODE"] = "offline"
+
+def wandb_mode(tracking: dict[str, Any]) -> str:
+    """The study's `mode`, else `WANDB_MODE`, else online when logged in and offline otherwise."""
+    return tracking.get("mode") or os.environ.get("WANDB_MODE") or ("online" if logged_in() else "offline")
+
+
+def run_name(spec: RunSpec) -> str:
+    """The readable wandb name: `{family}-{variant}-{size}-s{seed}`."""
+    return f"{spec.family}-{spec.variant or 'base'}-{spec.size}-s{spec.seed}"
+
+
+def wandb_settings(spec: RunSpec, run_dir: Path, from_step: int) -> dict[str, Any]:
+    """The keyword arguments of `wandb.init` for this run resuming at `from_step`."""
     tracking = dict(spec.tracking)
-    project = tracking.get("project") or spec.study or DEFAULT_PROJECT
-    return wandb.init(project=project, group=spec.study or None, name=spec.run_id, id=spec.run_id,
-                      config=spec.to_dict(), dir=str(run_dir), resume="allow", reinit=True)
+    config = {k: v for k, v in spec.to_dict().items() if k != "tracking"}
+    config.update({k: v for k, v in tracking.items() if k.startswith("factor_")})
+    settings = dict(project=tracking.get("project") or spec.study or DEFAULT_PROJECT, entity=tracking.get("entity"),
+                    group=tracking.get("group") or spec.study or None, tags=list(tracking.get("tags", [])) or None,
+                    name=run_name(spec), id=spec.run_id, config=config, dir=str(run_dir),
+                    mode=wandb_mode(tracking), reinit="finish_previous")
+    logged = _last_logged_step(run_dir)
+    if logged is not None and logged > from_step:  # steps after the checkpoint will be redone
+        settings["resume_from"] = f"{spec.run_id}?_step={from_step + 1}"
+    else:
+        settings["resume"] = "allow"
+    return settings
+
+
+def _last_logged_step(run_dir: Path) -> int | None:
+    try:
+        return int(json.loads((run_dir / WANDB_STATE).read_text())["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 class Tracker:
-    """Writes metric rows to `metrics.ndjson` (rank 0 only) and mirrors them to wandb."""
+    """Writes metric rows to `metrics.ndjson` (rank 0 only) and mirrors them to wandb.
+
+    wandb starts at the run's `start` row, which says the step training resumes from."""
 
     def __init__(self, run_dir: str | Path, spec: RunSpec, rank: int = 0):
-        self.run_dir, self.active = Path(run_dir), rank == 0
-        self.wandb = _start_wandb(self.run_dir, spec) if self.active and wandb_enabled(spec) else None
+        self.run_dir, self.spec, self.active = Path(run_dir), spec, rank == 0
+        self.use_wandb = self.active and wandb_enabled(spec)
+        self.wandb: Any = None
+
+    def start_wandb(self, from_step: int) -> None:
+        """Start (or resume, rewinding past `from_step` when needed) this run's wandb run."""
+        import wandb
+
+        (self.run_dir / "wandb").mkdir(parents=True, exist_ok=True)
+        self.wandb = wandb.init(**wandb_settings(self.spec, self.run_dir, from_step))
 
     def log(self, row: dict[str, Any]) -> None:
         """Append one row (must carry `kind`); train/val rows also go to wandb at their step."""
         if not self.active:
             return
         append_metrics(self.run_dir, [row])
+        if self.use_wandb and self.wandb is None and row.get("kind") in ("start", "train", "val"):
+            self.start_wandb(int(row.get("from_step", row["step"])))
         if self.wandb is not None and row.get("kind") in ("train", "val"):
             values = {f"{row['kind']}/{k}": v for k, v in row.items()
                       if k not in ("kind", "step") and isinstance(v, (int, float))}
             self.wandb.log(values, step=int(row["step"]))
+            atomic_write_json(self.run_dir / WANDB_STATE, {"step": int(row["step"])})
 
     def close(self, state: str) -> None:
         """Finish the wandb run (exit code 0 unless the run failed)."""
@@ -143,7 +218,6 @@ class Progress:
 
     def __init__(self, run_id: str, total_steps: int, active: bool):
         self.run_id, self.total_steps, self.active = run_id, total_steps, active
-        self.started_s = time.perf_counter()
 
     def line(self, row: dict[str, Any]) -> None:
         if not self.active:

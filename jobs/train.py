@@ -12,12 +12,14 @@ to an uninterrupted one on CPU fp32.
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,15 +27,20 @@ from typing import Any
 import numpy as np
 import torch
 
+from cli import InputError, parse, run_main
 from jobs import checkpoint as ckpt
 from jobs.allocator import keep_freed_memory
+from jobs.data import Batches, corpus_hash, data_record, token_array, tokenizer_hash, val_batches
 from jobs.engines import eval_mode, make_engine
-from jobs.runfiles import (SPEC_FILE, add_status_warning, atomic_write_text, read_status,
+from jobs.preflight import check_run
+from jobs.runfiles import (SPEC_FILE, add_status_warning, atomic_write_text, read_metrics, read_status,
                            truncate_metrics, write_status)
 from jobs.rng import rng_state, seed_everything, set_rng_state
-from jobs.run_checks import check_run_dir, validate
+from jobs.runlock import holding
 from jobs.spec import RunSpec
+from jobs.train_cli import build_parser, spec_from_args
 from jobs.tracking import Progress, Tracker, measure_peak_flops, write_manifest
+from models.ema import EMA
 
 _STOP = threading.Event()
 TRAIN_SALT, VAL_SALT = 1, 2  # keep the training and validation generator streams apart
@@ -97,33 +104,24 @@ class Run:
 
 
 def _data(spec: RunSpec) -> tuple[Any, Any]:
-    from jobs.data import Batches, token_array
-
-    train_tokens = token_array(spec.corpus, spec.tokenizer, "train")
-    val_tokens = token_array(spec.corpus, spec.tokenizer, "validation")
+    train_tokens = token_array(spec.corpus, spec.tokenizer, "train", spec.text_field)
+    val_tokens = token_array(spec.corpus, spec.tokenizer, "validation", spec.text_field)
     return Batches(train_tokens, spec.batch_size, spec.seq_len, spec.seed), val_tokens
 
 
 def _data_hashes(spec: RunSpec) -> dict[str, Any]:
-    from jobs.data import corpus_hash, tokenizer_hash
-
     return {"corpus": spec.corpus, "tokenizer": spec.tokenizer,
             "tokenizer_hash": tokenizer_hash(spec.tokenizer),
-            "corpus_hash": {split: corpus_hash(spec.corpus, spec.tokenizer, split)
-                            for split in ("train", "validation")}}
+            "corpus_hash": {split: corpus_hash(spec.corpus, spec.tokenizer, split, spec.text_field)
+                            for split in ("train", "validation")},
+            **data_record(spec.corpus, spec.tokenizer, spec.text_field)}
 
 
 def _make_ema(model: torch.nn.Module, engine: Any, rate: float) -> Any:
-    from models.ema import EMA
-
     if rate <= 0:
         return None
     with engine.gathered():  # collective under ZeRO-3; only rank 0 keeps the EMA
         return EMA(model, rate) if engine.rank == 0 else None
-
-
-class InputError(ValueError):
-    """Bad input found before anything was written (CLI exit status 2)."""
 
 
 def setup(run_dir: Path, spec: RunSpec) -> Run:
@@ -142,8 +140,10 @@ def setup(run_dir: Path, spec: RunSpec) -> Run:
         keep_freed_memory()  # activations are allocated again every step: no page faults for them
     if engine.rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
+        ckpt.remove_staging(run_dir)  # what a killed process left half-written
         atomic_write_text(run_dir / SPEC_FILE, spec.to_json() + "\n")
         write_manifest(run_dir, spec, {"engine": engine.name, "world_size": engine.world_size,
+                                       "engine_config": engine.config,
                                        "dtype": str(dtype), "n_params": counts,
                                        "flops_per_token": flops_per_token, **_data_hashes(spec)})
     generator = torch.Generator(device=engine.device).manual_seed(spec.seed)
@@ -153,21 +153,27 @@ def setup(run_dir: Path, spec: RunSpec) -> Run:
 
 
 def save(run: Run) -> None:
-    """Checkpoint the current step (collective: every rank calls it)."""
+    """Checkpoint the current step (collective: every rank calls it). A failed save (a full disk)
+    removes its staging directory before the error goes on."""
     engine, step = run.engine, run.step
-    if run.rank0:
-        ckpt.prepare(run.run_dir, step)
-    engine.barrier()
-    folder = ckpt.temp_dir(run.run_dir, step)
-    engine.save(folder)
-    weights = engine.full_state_dict()
-    ckpt.save_file({"step": step, "rng": rng_state(run.generator)}, folder / f"rank_{engine.rank:04d}.pt")
-    if run.rank0:
-        ema = run.ema.state_dict() if run.ema is not None else None
-        ckpt.save_file({"model": weights, "ema": ema, "step": step}, folder / ckpt.MODEL_FILE)
-    engine.barrier()
-    if run.rank0:
-        ckpt.commit(run.run_dir, step, engine.name, run.spec.keep_checkpoints)
+    try:
+        if run.rank0:
+            ckpt.prepare(run.run_dir, step)
+        engine.barrier()
+        folder = ckpt.temp_dir(run.run_dir, step)
+        engine.save(folder)
+        weights = engine.full_state_dict()
+        ckpt.save_file({"step": step, "rng": rng_state(run.generator)}, folder / f"rank_{engine.rank:04d}.pt")
+        if run.rank0:
+            ema = run.ema.state_dict() if run.ema is not None else None
+            ckpt.save_file({"model": weights, "ema": ema, "step": step}, folder / ckpt.MODEL_FILE)
+        engine.barrier()
+        if run.rank0:
+            ckpt.commit(run.run_dir, step, engine.name, run.spec.keep_checkpoints)
+    except BaseException:
+        if run.rank0:
+            ckpt.remove_staging(run.run_dir)
+        raise
     engine.barrier()
 
 
@@ -215,8 +221,6 @@ def train_step(run: Run) -> tuple[float, float]:
 
 def validation_loss(run: Run) -> float:
     """Mean loss over the first `eval_batches` fixed validation batches (raw weights)."""
-    from jobs.data import val_batches
-
     spec, losses = run.spec, []
     with eval_mode(run.engine):
         batches = val_batches(run.val_tokens, spec.micro_batch, spec.seq_len, spec.eval_batches)
@@ -254,8 +258,28 @@ def fail(run: Run, reason: str) -> str:
     return "failed"
 
 
+def interrupted(run: Run, reason: str) -> None:
+    """Mark a run stopped without a final checkpoint as preempted at its newest checkpoint (the
+    step a rerun resumes from), saying how many steps will be redone."""
+    if not run.rank0:
+        return
+    saved = ckpt.checkpoint_dirs(run.run_dir)
+    step = ckpt.step_of(saved[-1]) if saved else 0
+    write_status(run.run_dir, "preempted", step=step, steps=run.spec.steps,
+                 reason=f"{reason} at step {run.step}; a rerun resumes from step {step}")
+    print(f"warning: run {run.spec.run_id} interrupted ({reason}) at step {run.step}; "
+          f"a rerun resumes from its checkpoint at step {step}", file=sys.stderr, flush=True)
+
+
+def validate_and_log(run: Run) -> None:
+    """Validation loss at the current step into metrics (collective)."""
+    val = validation_loss(run)
+    run.tracker.log({"kind": "val", "step": run.step, "tokens": run.step * run.batch_tokens, "val_loss": val})
+
+
 def loop(run: Run, stop_after: int | None, callbacks: Sequence[Callable[[Run], None]]) -> str:
-    """Train until done, failure, a stop request or `stop_after` more steps."""
+    """Train until done, failure, a stop request or `stop_after` more steps. A step that is
+    checkpointed is checkpointed before its validation, so validation cannot lose work."""
     spec, engine = run.spec, run.engine
     progress = Progress(spec.run_id, spec.steps, run.rank0)
     run.window = {"step": run.step, "time": time.perf_counter()}
@@ -273,13 +297,11 @@ def loop(run: Run, stop_after: int | None, callbacks: Sequence[Callable[[Run], N
         log_train(run, loss, grad_norm, progress)
         for callback in callbacks:
             callback(run)
-        if _due(run.step, spec.eval_every, spec.steps):
-            val = validation_loss(run)
-            run.tracker.log({"kind": "val", "step": run.step, "tokens": run.step * run.batch_tokens,
-                             "val_loss": val})
         stopping = engine.any(_STOP.is_set()) or (stop_after is not None and run.step - first >= stop_after)
         if stopping or _due(run.step, spec.checkpoint_every, spec.steps):
             save(run)
+        if not stopping and _due(run.step, spec.eval_every, spec.steps):
+            validate_and_log(run)
         if run.rank0:
             write_status(run.run_dir, "running", step=run.step, steps=spec.steps)
         if stopping and run.step < spec.steps:
@@ -287,42 +309,99 @@ def loop(run: Run, stop_after: int | None, callbacks: Sequence[Callable[[Run], N
     return "done"
 
 
-def _install_signal_handlers() -> None:
-    for name in ("SIGTERM", "SIGUSR1", "SIGUSR2", "SIGINT"):
-        if hasattr(signal, name):
-            signal.signal(getattr(signal, name), lambda *_: request_stop())
+def _catch_up_validation(run: Run) -> None:
+    """After a resume at a validation step whose row is missing (stopped between its checkpoint
+    and its validation), validate it now."""
+    spec = run.spec
+    if run.step == 0 or not _due(run.step, spec.eval_every, spec.steps):
+        return
+    missing = run.rank0 and not any(r.get("step") == run.step for r in read_metrics(run.run_dir, "val"))
+    if run.engine.any(missing):
+        validate_and_log(run)
+
+
+STOP_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGUSR2", "SIGINT")
+
+
+@contextlib.contextmanager
+def stop_on_signals(enabled: bool) -> Iterator[None]:
+    """While training, SIGTERM/SIGUSR1/SIGUSR2/SIGINT ask for a checkpoint and a preempted stop
+    (a second SIGINT interrupts at once); the previous handlers come back afterwards. Only the
+    main thread can set handlers: elsewhere this does nothing."""
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    def handler(signum: int, _frame: Any) -> None:
+        if signum == signal.SIGINT and _STOP.is_set():
+            raise KeyboardInterrupt
+        request_stop()
+
+    names = [n for n in STOP_SIGNALS if hasattr(signal, n)]
+    previous = {n: signal.signal(getattr(signal, n), handler) for n in names}
+    try:
+        yield
+    finally:
+        for name, old in previous.items():
+            signal.signal(getattr(signal, name), old)
+
+
+def _finished(run_dir: Path, spec: RunSpec) -> bool:
+    """Whether the run is done and its final checkpoint verifies; a done run whose newest
+    checkpoint is corrupt is reported and trained again from the newest valid one."""
+    status = read_status(run_dir)
+    if status.get("state") != "done":
+        return False
+    problems: list[str] = []
+    path = ckpt.latest_valid(run_dir, problems.append)
+    if path is not None and ckpt.step_of(path) >= spec.steps:
+        return True
+    message = (f"run {spec.run_id} is marked done at step {status.get('step')} but "
+               + ("; ".join(problems) or "has no valid checkpoint") + "; training again from "
+               + (f"step {ckpt.step_of(path)}" if path is not None else "the start"))
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+    add_status_warning(run_dir, message)
+    return False
 
 
 def train(run_dir: str | Path, spec: RunSpec, *, max_steps_this_call: int | None = None,
-          handle_signals: bool = False,
+          handle_signals: bool = True, lock_wait_s: float = 0.0,
           callbacks: Sequence[Callable[[Run], None]] = ()) -> str:
     """Train (or resume) the run in `run_dir`; returns the final state: done|failed|preempted.
 
-    Bad input (invalid spec, a run directory holding another run, unknown family/size) raises
-    `InputError` (a ValueError) before anything is written. `max_steps_this_call` stops (with a checkpoint,
-    state "preempted") after that many steps; `request_stop()` does the same after the current
-    step; `handle_signals` makes SIGTERM/SIGUSR1/SIGUSR2/SIGINT call it. `callbacks(run)` run
-    after every optimizer step (after logging, before validation and checkpointing).
+    Bad input (see jobs.preflight: spec, model, memory, data, a run directory holding another
+    run or not writable) raises `cli.InputError` before anything is written; another process
+    training the run raises `RunBusy` (after `lock_wait_s`). `max_steps_this_call` stops (with a
+    checkpoint, state "preempted") after that many steps; `request_stop()` does the same after
+    the current step, and so do SIGTERM/SIGUSR1/SIGUSR2/SIGINT unless `handle_signals` is False.
+    Whatever ends the call, status.json says so. `callbacks(run)` run after every optimizer step
+    (after logging, before checkpointing and validation).
     """
     run_dir = Path(run_dir)
-    try:
-        validate(spec)
-        check_run_dir(run_dir, spec)
-    except ValueError as error:
-        raise InputError(str(error)) from None
-    if read_status(run_dir).get("state") == "done" and ckpt.latest_valid(run_dir) is not None:
-        return "done"
-    if handle_signals:
-        _install_signal_handlers()
-    _STOP.clear()
-    run = setup(run_dir, spec)
-    try:
-        return _train(run, max_steps_this_call, callbacks)
-    except BaseException as error:
-        fail(run, f"{type(error).__name__}: {error}")
-        raise
-    finally:
-        run.engine.close()
+    check_run(run_dir, spec)
+    rank0 = int(os.environ.get("RANK", 0)) == 0
+    if rank0:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    with holding(run_dir, lock_wait_s) if rank0 else contextlib.nullcontext():
+        if _finished(run_dir, spec):
+            return "done"
+        _STOP.clear()
+        with stop_on_signals(handle_signals):
+            try:
+                run = setup(run_dir, spec)
+            except Exception as error:
+                if rank0 and not isinstance(error, InputError) and run_dir.is_dir():
+                    write_status(run_dir, "failed", reason=f"setup: {type(error).__name__}: {error}")
+                raise
+            try:
+                return _train(run, max_steps_this_call, callbacks)
+            except KeyboardInterrupt:
+                interrupted(run, "KeyboardInterrupt")
+                raise
+            except BaseException as error:
+                fail(run, f"{type(error).__name__}: {error}")
+                raise
+            finally:
+                run.engine.close()
 
 
 def _train(run: Run, stop_after: int | None, callbacks: Sequence[Callable[[Run], None]]) -> str:
@@ -333,15 +412,39 @@ def _train(run: Run, stop_after: int | None, callbacks: Sequence[Callable[[Run],
                          "time": time.time(), "engine": run.engine.name,
                          "world_size": run.engine.world_size})
         write_status(run.run_dir, "running", step=run.step, steps=run.spec.steps)
+    _catch_up_validation(run)
     state = loop(run, stop_after, callbacks)
     run.engine.barrier()
     if run.rank0 and state != "failed":
-        write_status(run.run_dir, state, step=run.step, steps=run.spec.steps)
+        reason = {"reason": "stop requested (signal or request_stop)"} if _STOP.is_set() and state == "preempted" else {}
+        write_status(run.run_dir, state, step=run.step, steps=run.spec.steps, **reason)
     run.tracker.close(state)
     return state
 
 
-if __name__ == "__main__":  # `python -m jobs.train`: the CLI lives in jobs.train_cli
-    from jobs.train_cli import main
+# ---------------------------------------------------------------------------------------------
+# Command line (flags and --set parsing live in jobs.train_cli)
 
+EXIT_CODES = {"done": 0, "failed": 1, "preempted": 3}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point: exit 0 done, 1 failed, 2 bad input (one line, nothing written),
+    3 preempted (checkpointed; rerun to resume), 75 another process holds the run (cli.Busy)."""
+    args = parse(build_parser(), argv)
+    if isinstance(args, int):
+        return args
+
+    def body() -> int:
+        spec = spec_from_args(args)
+        if args.max_steps_this_call is not None and args.max_steps_this_call < 1:
+            raise InputError("--max-steps-this-call: must be >= 1")
+        state = train(args.run_dir, spec, max_steps_this_call=args.max_steps_this_call,
+                      handle_signals=args.handle_signals)
+        return EXIT_CODES[state]
+
+    return run_main("error", body)
+
+
+if __name__ == "__main__":
     sys.exit(main())

@@ -1,57 +1,53 @@
-"""Command line of the trainer: `python -m jobs.train` (flags, `--set key=value`, `--spec spec.json`).
+"""Flags of the trainer's command line (`python -m jobs.train`, whose `main` is `jobs.train.main`):
+flags, `--set key=value` and `--spec spec.json` become a `RunSpec`.
 
-Flags become a `RunSpec`; bad input exits 2 with one line naming the field, before anything is
-written. Exit status: 0 done, 1 failed, 2 bad input, 3 preempted.
+Bad input raises `cli.InputError` naming the field, before anything is written.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from cli import InputError, Parser, float_arg, int_arg
+from jobs.preflight import check_types
 from jobs.runfiles import SPEC_FILE
 from jobs.spec import RunSpec
-from jobs.train import InputError, train
 
 DEFAULT_LR = 1e-3  # for the CPU rungs; scaling/ sets each rung's learning rate in studies
 DEFAULT_WARMUP_FRACTION = 0.1  # warm-up steps = 10 % of steps unless --warmup is given
-EXIT_CODES = {"done": 0, "failed": 1, "preempted": 3}
 FLAG_FIELDS = {  # CLI flag -> RunSpec field
     "family": "family", "size": "size", "steps": "steps", "batch_size": "batch_size",
     "micro_batch_size": "micro_batch_size", "seq_len": "seq_len", "lr": "lr",
     "warmup": "warmup_steps", "seed": "seed", "corpus": "corpus", "tokenizer": "tokenizer",
     "engine": "engine", "zero_stage": "zero_stage", "checkpoint_every": "checkpoint_every",
     "ema": "ema", "eval_every": "eval_every", "log_every": "log_every", "precision": "precision",
+    "compile": "compile",
 }
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one clear line, exit status 2
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The `python -m jobs.train` argument parser."""
-    p = _Parser(prog="python -m jobs.train", description="Train (or resume) one run.")
+    p = Parser(prog="python -m jobs.train", description="Train (or resume) one run.")
     p.add_argument("--run-dir", required=True, help="run directory (created; reruns resume)")
     p.add_argument("--spec", help="a spec.json to train (flags given too override its fields)")
     for name in ("family", "size", "corpus", "tokenizer", "engine", "precision"):
         p.add_argument(f"--{name.replace('_', '-')}")
+    p.add_argument("--compile", help="torch.compile the core: auto (on GPU only) | on | off")
     for name in ("steps", "tokens", "batch_size", "micro_batch_size", "seq_len", "warmup", "seed",
                  "zero_stage", "checkpoint_every", "eval_every", "log_every"):
-        p.add_argument(f"--{name.replace('_', '-')}", type=int)
-    p.add_argument("--lr", type=float)
-    p.add_argument("--ema", type=float)
+        p.add_argument(f"--{name.replace('_', '-')}", type=int_arg)
+    p.add_argument("--lr", type=float_arg)
+    p.add_argument("--ema", type=float_arg)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a spec field, tracking.KEY, or else a model option (value parsed as JSON)")
-    p.add_argument("--max-steps-this-call", type=int, help="stop (preempted) after this many steps")
-    p.add_argument("--handle-signals", action="store_true",
-                   help="SIGTERM/SIGUSR1/SIGUSR2/SIGINT checkpoint and stop")
+    p.add_argument("--max-steps-this-call", type=int_arg, help="stop (preempted) after this many steps")
+    p.add_argument("--handle-signals", action="store_true", default=True,
+                   help="SIGTERM/SIGUSR1/SIGUSR2/SIGINT checkpoint and stop, state preempted (the default)")
+    p.add_argument("--no-handle-signals", dest="handle_signals", action="store_false",
+                   help="leave the signals' default actions (the run is marked failed or preempted)")
     return p
 
 
@@ -92,7 +88,7 @@ def _base_fields(args: argparse.Namespace) -> dict[str, Any]:
         missing.append("--steps or --tokens")
     if missing:
         raise InputError(f"arguments: {', '.join(missing)} required (or --spec spec.json)")
-    return {"family": args.family, "size": args.size, "steps": 0, "lr": DEFAULT_LR, "warmup_steps": -1}
+    return {"family": args.family, "size": args.size, "steps": 0, "lr": DEFAULT_LR, "warmup_steps": None}
 
 
 def spec_from_args(args: argparse.Namespace) -> RunSpec:
@@ -100,28 +96,16 @@ def spec_from_args(args: argparse.Namespace) -> RunSpec:
     fields = _base_fields(args)
     fields.update({FLAG_FIELDS[k]: v for k, v in vars(args).items() if k in FLAG_FIELDS and v is not None})
     _apply_sets(fields, args.set)
+    check_types({k: v for k, v in fields.items() if not (k == "warmup_steps" and v is None)})
     if args.tokens is not None:
         tokens_per_step = fields.get("batch_size", 16) * fields.get("seq_len", 128)
+        if args.tokens < 1 or tokens_per_step < 1:
+            raise InputError(f"tokens: {args.tokens} tokens at batch_size x seq_len = {tokens_per_step} per step; "
+                             "all three must be positive")
         fields["steps"] = -(-args.tokens // tokens_per_step)
-    if fields.get("warmup_steps") == -1:
+    if fields.get("warmup_steps") is None:
         fields["warmup_steps"] = int(DEFAULT_WARMUP_FRACTION * fields["steps"])
     try:
         return RunSpec.from_dict(fields)
     except (TypeError, ValueError) as error:
         raise InputError(f"spec: {error}") from None
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point; exit 0 done, 1 failed, 3 preempted, 2 bad input (nothing written)."""
-    args = build_parser().parse_args(argv)
-    try:
-        spec = spec_from_args(args)
-        if args.max_steps_this_call is not None and args.max_steps_this_call < 1:
-            raise InputError("--max-steps-this-call: must be >= 1")
-        state = train(args.run_dir, spec, max_steps_this_call=args.max_steps_this_call,
-                      handle_signals=args.handle_signals)
-    except InputError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return EXIT_CODES[state]
-

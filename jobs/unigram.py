@@ -17,12 +17,14 @@ from jobs.runfiles import atomic_write_bytes
 COUNT_CHUNK_TOKENS = 1 << 24  # tokens per bincount pass (64 MiB of int32 indices at most)
 
 
-def train_counts(corpus: str, tokenizer: str, vocab_size: int) -> np.ndarray:
+def train_counts(corpus: str, tokenizer: str, vocab_size: int,
+                 text_field: str = data.DEFAULT_TEXT_FIELD) -> np.ndarray:
     """Occurrences of each token id in the training split: int64 [vocab_size], cached."""
-    path = data.cache_root() / "unigram" / f"{data.corpus_hash(corpus, tokenizer, 'train')}-{vocab_size}.npy"
+    split_hash = data.corpus_hash(corpus, tokenizer, "train", text_field)
+    path = data.cache_root() / "unigram" / f"{split_hash}-{vocab_size}.npy"
     if path.exists():
         return np.load(path)
-    tokens = data.token_array(corpus, tokenizer, "train")
+    tokens = data.token_array(corpus, tokenizer, "train", text_field)
     counts = np.zeros(vocab_size, dtype=np.int64)
     for start in range(0, len(tokens), COUNT_CHUNK_TOKENS):
         counts += np.bincount(tokens[start:start + COUNT_CHUNK_TOKENS], minlength=vocab_size)[:vocab_size]
@@ -38,7 +40,8 @@ def log_probs(counts: np.ndarray) -> np.ndarray:
     return np.log(counts + 1.0) - np.log(counts.sum() + len(counts))
 
 
-def unigram_nll(corpus: str, tokenizer: str, vocab_size: int, chunks: torch.Tensor) -> float:
+def unigram_nll(corpus: str, tokenizer: str, vocab_size: int, chunks: torch.Tensor,
+                text_field: str = data.DEFAULT_TEXT_FIELD) -> float:
     """Mean -log p(x) over every token of `chunks` [N, L] under the training split's unigram."""
-    logp = log_probs(train_counts(corpus, tokenizer, vocab_size))
+    logp = log_probs(train_counts(corpus, tokenizer, vocab_size, text_field))
     return float(-logp[chunks.numpy().reshape(-1)].mean())

@@ -1,23 +1,35 @@
 """models: the networks and the mathematics of aoscale (pure torch, no other package of ours).
 
 `build_model(family, size, vocab_size=..., seq_len=..., **options)` is the public entry point.
+The size rules (`models.ladder`) import no torch, and neither does importing this package: the
+torch parts (`build_model`'s families, `EMA`, orders) load on first use, so planning a study
+(`scaling.recipes`, `scaling.plan`) stays fast.
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-from .ema import EMA
-from .families import FAMILIES, FamilyModel
-from .families.base import resolve_options
 from .ladder import LADDER, Shape, get_shape, parse_sizes
-from .orders import parse_order, sample_orders
 
 __all__ = ["EMA", "FAMILIES", "FamilyModel", "LADDER", "Shape", "build_model", "get_shape",
            "parse_order", "parse_sizes", "sample_orders"]
+_LAZY = {"EMA": ".ema", "FAMILIES": ".families", "FamilyModel": ".families", "parse_order": ".orders",
+         "sample_orders": ".orders"}  # name -> the module (importing torch) that defines it
 
 
-def build_model(family: str, size: str | Shape, *, vocab_size: int, seq_len: int, **options: Any) -> FamilyModel:
+def __getattr__(name: str) -> Any:
+    """The torch parts of the public API, imported on first access."""
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def build_model(family: str, size: str | Shape, *, vocab_size: int, seq_len: int, **options: Any):
     """Build a family at a ladder size (or custom shape); unknown names are ValueErrors."""
+    from .families import FAMILIES
+    from .families.base import resolve_options
+
     if family not in FAMILIES:
         raise ValueError(f"family: unknown family {family!r}; valid: {', '.join(FAMILIES)}")
     shape = size if isinstance(size, Shape) else get_shape(size)

@@ -5,22 +5,25 @@ differs between families is passed in: the attention pattern (`is_causal` or an 
 an optional per-token conditioning vector that drives adaptive LayerNorm (`cond`, [B, T|1, c]),
 optional per-block additive inputs (`adds`), and an optional KV cache for generation.
 
-On the CPU in float32, adaLN's residual updates and norms run through fused kernels
-(`models.modulation`, `models.kernels`), and inside `decode_layout` each KV-cached decoding step
-is one kernel call; both give the eager modules' values (tests compare them).
+The modules read like nanoGPT's. Where the kernel backend (`models.kernels.backend()`: the
+fused CPU kernels) declares that it covers a pass, it runs the whole pass (or, inside
+`Transformer.decoding()`, the whole KV-cached step) instead, with the same maths; tests compare
+both paths.
 """
 from __future__ import annotations
 
 import math
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .kernels.decoder import Decoder, supported
-from .modulation import ChunkProjection, Modulation
+from . import kernels
+from .modulation import ChunkProjection, modulation_rows, mul_add
 
 NORMS = ("layernorm", "rmsnorm")
 
@@ -132,7 +135,9 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm block; with `cond_dim` the norms are modulated: x += g·f(norm(x)·(1+s) + b)."""
+    """Pre-norm block, as nanoGPT's: x += attn(norm1(x)); x += mlp(norm2(x)). With adaLN rows
+    (`mod`, per token: shift, 1 + scale, gate for attention, then for the MLP) each branch is
+    x += gate·f(norm(x)·(1 + scale) + shift), as in DiT and AO-GPT."""
 
     def __init__(self, cfg: CoreConfig):
         super().__init__()
@@ -142,29 +147,23 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
         self.modulation = ChunkProjection(cfg.cond_dim, 6, cfg.d_model) if cfg.cond_dim else None
 
-    def forward(self, x, h, mod: Modulation | None, next_norm: nn.Module, attn_mask=None, is_causal=False,
-                cache=None, layer=0, add=None):
-        """x: the residual stream [B, T, d]; h: this block's first norm of it (modulated with
-        adaLN). Returns the updated stream and `next_norm` of it (the next block's first norm,
-        or the final norm): each norm is computed with the residual update that feeds it, which
-        the adaLN kernels fuse into one pass. mod: the pass's adaLN modulation (this block
-        reads chunks 6·layer + 2 .. 6·layer + 8), or None; add: added before `next_norm`."""
-        k = 6 * layer
-        x, h = residual_norm(mod, k + 2, x, self.attn(h, attn_mask, is_causal, cache, layer), self.norm2)
-        return residual_norm(mod, k + 5, x, self.mlp(h), next_norm, add)
-
-
-def residual_norm(mod: Modulation | None, k: int, x, y, norm: nn.Module, add=None):
-    """(x + y, norm(x + y)), or with `mod` their gated and modulated versions (chunk k is the
-    gate, k + 1 and k + 2 the norm's shift and 1 + scale)."""
-    if mod is not None:
-        return mod.residual_norm(k, x, y, norm)
-    x = x + y if add is None else x + y + add
-    return x, norm(x)
+    def forward(self, x, mod=None, attn_mask=None, is_causal=False, cache=None, layer=0):
+        """x: the residual stream [B, T, d]; mod: six [B|1, T|1, d] rows or None."""
+        if mod is None:
+            x = x + self.attn(self.norm1(x), attn_mask, is_causal, cache, layer)
+            return x + self.mlp(self.norm2(x))
+        shift1, scale1, gate1, shift2, scale2, gate2 = mod
+        x = mul_add(x, gate1, self.attn(mul_add(shift1, self.norm1(x), scale1), attn_mask, is_causal, cache, layer))
+        return mul_add(x, gate2, self.mlp(mul_add(shift2, self.norm2(x), scale2)))
 
 
 class Transformer(nn.Module):
-    """Block stack and final norm; families add embeddings, conditioning and the head."""
+    """Block stack and final norm; families add embeddings, conditioning and the head.
+
+    A forward pass runs the modules below (through torch.compile after `compile_stack()`)
+    unless the kernel backend (`models.kernels.backend()`, chosen in that one place) declares
+    that it covers the pass: then it runs the whole pass, or inside `decoding()` the whole
+    KV-cached step, with the same maths. A compiled core leaves uncached passes to the compiler."""
 
     def __init__(self, cfg: CoreConfig):
         super().__init__()
@@ -172,80 +171,92 @@ class Transformer(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.norm = make_norm(cfg.norm, cfg.d_model, cfg.bias)
         self.final_modulation = ChunkProjection(cfg.cond_dim, 2, cfg.d_model) if cfg.cond_dim else None
-        self._decoder: Decoder | None = None  # within decode_layout: the fused decoding step
+        self._decoder = None  # within `decoding()`: the backend's decoding step, if it has one
+        self._compiled = None  # `compile_stack()`: the block stack through torch.compile
 
     def modulation_tables(self, cond: torch.Tensor) -> list[torch.Tensor]:
         """adaLN projections of raw conditioning rows [..., c]: per block a chunk-major [6, ..., d]
         holding (shift, 1 + scale, gate) x 2, then the final norm's [2, ..., d] (shift, 1 + scale).
-        Each chunk is a contiguous [..., d] table that the kernels and gathers read in place.
 
         Computed once, a table of every target position serves every decoding step."""
         c = F.silu(cond)
         return [b.modulation(c) for b in self.blocks] + [self.final_modulation(c)]
 
     @contextmanager
-    def decode_layout(self):
-        """Within the `with` block, run KV-cached decoding steps through the fused decoding
-        kernel (`models.kernels.decoder`) where it applies, and hold each CPU block Linear's
-        weight [out, in] column-major (same values) for the steps it does not cover; the
-        original tensors are restored on exit.
-
-        Decoding multiplies a few rows by every weight. The kernel does a whole step in one
-        call, reading weights packed once here; in eager steps MKL streams a row-major [in, out]
-        operand (which `F.linear` then passes to addmm untransposed) ~1.4x faster than the
-        usual layout (0.63 vs 0.90 ms for the 3M core's 28 weights, batch 8). It changes the
-        shared module, so no other thread may train the model meanwhile.
-        """
-        decoder = Decoder(self) if supported(self) else None  # reads the row-major weights
-        linears = [m for m in self.blocks.modules() if isinstance(m, nn.Linear) and m.weight.device.type == "cpu"]
-        originals = [m.weight.data for m in linears]  # kept alive: the decoder reads them
-        with torch.inference_mode(False), torch.no_grad():
-            for m in linears:
-                m.weight.data = column_major(m.weight.data)
+    def decoding(self):
+        """Within the `with` block, KV-cached decoding steps that the kernel backend covers run
+        as one backend call each (weights are packed for it here, once)."""
+        backend = kernels.backend()
+        self._decoder = None if backend is None else backend.decoder(self)
         try:
-            self._decoder = decoder
             yield
         finally:
             self._decoder = None
-            for m, weight in zip(linears, originals):
-                m.weight.data = weight
 
-    def _use_decoder(self, x, cache, cond, cond_index, tables, adds, attn_mask, is_causal) -> bool:
-        """A cached decoding step the fused kernel covers: float32 on the CPU, no autograd, no
-        per-block adds, a mask shared by the batch, and adaLN (if any) from one packed table
-        (`AOGPT.modulation_tables`)."""
-        if self._decoder is None or cache is None or torch.is_grad_enabled() or adds is not None or is_causal:
-            return False
-        if x.dtype != torch.float32 or x.device.type != "cpu" or (attn_mask is not None and attn_mask.dim() != 2):
-            return False
-        if tables is None:
-            return cond is None
-        return cond_index is not None and len(tables) == 1 and tables[0].shape[0] == 6 * len(self.blocks) + 2
+    def compile_stack(self, compiler: Callable = torch.compile) -> None:
+        """Run the block stack of uncached passes (training, evaluation) through `compiler`
+        (torch.compile); KV-cached decoding stays eager (its shapes change every step). Should a
+        compiled call fail, a warning says so and the eager stack runs from then on."""
+        self._compiled = _CompiledOrEager(self._stack, compiler)
 
     def forward(self, x, *, cond=None, cond_index=None, tables=None, adds=None, attn_mask=None,
                 is_causal=False, cache=None):
         """x: [B, T, d]; cond: raw conditioning (SiLU applied here), either per token [B, T|1, c]
         or, with `cond_index` [B, T], a table [P, c] whose row cond_index[b, t] conditions token
         (b, t): the projections then run once per table row instead of once per token. `tables`
-        are precomputed `modulation_tables` (then `cond` is not needed).
-        adds: per-block tensors broadcastable to x, added before each block."""
-        if self._use_decoder(x, cache, cond, cond_index, tables, adds, attn_mask, is_causal):
+        are precomputed `modulation_tables` (then `cond` is not needed), per block or packed into
+        one [6·L + 2, P, d]. adds: per-block tensors broadcastable to x, added before each block.
+        Returns the final norm's output [B, T, d]."""
+        step = dict(tables=tables, index=cond_index, adds=adds, attn_mask=attn_mask, is_causal=is_causal)
+        if cache is not None and self._decoder is not None and self._decoder.covers(x, cond=cond, **step):
             return self._decoder(x, cache, None if tables is None else tables[0], cond_index, attn_mask)
         if tables is None and cond is not None:
             if cond_index is not None and cond_index.numel() < cond.shape[0]:
                 cond, cond_index = cond[cond_index], None  # few tokens: project per token
             tables = self.modulation_tables(cond)
-        mod = None if tables is None else Modulation(tables, cond_index, x)
-        if adds is not None:
-            x = x + adds[0]
-        first = self.blocks[0].norm1
-        h = first(x) if mod is None else mod.norm(0, first, x)
+            step.update(tables=tables, index=cond_index)
+        compiled = cache is None and self._compiled is not None and self._compiled.active
+        backend = None if cache is not None or compiled else kernels.backend()
+        if backend is not None and backend.covers(self, x, **step):
+            return backend.forward(self, x, **step)
+        rows = None if tables is None else [r for table in tables for r in modulation_rows(table, cond_index)]
+        stack = self._compiled if compiled else self._stack
+        return stack(x, rows, adds, attn_mask, is_causal, cache)
+
+    def _stack(self, x, rows, adds, attn_mask, is_causal, cache=None):
+        """The eager pass: every block, then the final norm (rows: 6 per block, then 2)."""
         for i, block in enumerate(self.blocks):
-            last = i + 1 == len(self.blocks)
-            next_norm = self.norm if last else self.blocks[i + 1].norm1
-            add = None if adds is None or last else adds[i + 1]
-            x, h = block(x, h, mod, next_norm, attn_mask, is_causal, cache, i, add)
-        return h
+            if adds is not None:
+                x = x + adds[i]
+            x = block(x, None if rows is None else rows[6 * i:6 * i + 6], attn_mask, is_causal, cache, i)
+        if rows is None:
+            return self.norm(x)
+        shift, scale = rows[-2:]
+        return mul_add(shift, self.norm(x), scale)
+
+
+class _CompiledOrEager:
+    """`fn` through `compiler`, falling back to `fn` itself for good after a compiled call raises
+    (a missing C compiler, an unsupported operator): the eager call then runs the same inputs,
+    so a genuine error in them is still raised."""
+
+    def __init__(self, fn: Callable, compiler: Callable):
+        self.fn, self.compiled = fn, compiler(fn)
+
+    def __call__(self, *args):
+        if self.compiled is not None:
+            try:
+                return self.compiled(*args)
+            except Exception as error:  # noqa: BLE001 - any compiler failure; the eager call re-raises real ones
+                self.compiled = None
+                warnings.warn(f"aoscale: torch.compile failed ({type(error).__name__}: {str(error).strip()[:200]}); "
+                              "running the eager core (same maths, slower)", RuntimeWarning, stacklevel=2)
+        return self.fn(*args)
+
+    @property
+    def active(self) -> bool:
+        """Whether calls still go through the compiler."""
+        return self.compiled is not None
 
 
 def column_major(weight: torch.Tensor) -> torch.Tensor:

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 
 MAX_LOGIT_ELEMENTS = 1 << 25  # rows·L·V per forward (128 MiB of fp32 logits) before chunking
+CUDA_MAX_LOGIT_ELEMENTS = 1 << 30  # on a GPU (4 GiB of fp32 logits): 20 rows of 1024 x 50257
 ESTIMATORS = ("mdlm", "kdce")
 DECODERS = ("aogpt", "sigma_gpt")
 
@@ -63,9 +64,11 @@ def _require(model, families: tuple[str, ...], what: str) -> None:
         raise ValueError(f"family: {what} is defined for {', '.join(families)}, not {model.family!r}")
 
 
-def _row_chunks(n_rows: int, row_elements: int) -> list[slice]:
-    """Slices of at most MAX_LOGIT_ELEMENTS // row_elements rows (at least one)."""
-    step = max(1, MAX_LOGIT_ELEMENTS // max(1, row_elements))
+def _row_chunks(n_rows: int, row_elements: int, device: torch.device) -> list[slice]:
+    """Slices of at most MAX_LOGIT_ELEMENTS // row_elements rows (CUDA_MAX_LOGIT_ELEMENTS on a
+    GPU), at least one."""
+    limit = CUDA_MAX_LOGIT_ELEMENTS if device.type == "cuda" else MAX_LOGIT_ELEMENTS
+    step = max(1, limit // max(1, row_elements))
     return [slice(i, min(i + step, n_rows)) for i in range(0, n_rows, step)]
 
 
@@ -123,7 +126,7 @@ def _span_mdm(model, tokens, a, b):
     x_t = mask_tokens(model, rows, mask)
     level = mdm_level(model, mask.float().mean(1))
     out = []
-    for sl in _row_chunks(len(rows), L * model.vocab_size):
+    for sl in _row_chunks(len(rows), L * model.vocab_size, rows.device):
         logits = model(x_t[sl], None if level is None else level[sl])
         out.append(logits[torch.arange(logits.shape[0]), target[sl]])
     return torch.cat(out).view(B, b - a, -1)
@@ -167,7 +170,7 @@ def anyorder_draws(model, tokens: torch.Tensor, k_mc: int, generator=None) -> to
     B, L = tokens.shape
     rows = tokens.repeat_interleave(k_mc, dim=0)
     orders = torch.rand(B * k_mc, L, generator=generator, device=tokens.device).argsort(1)
-    out = [model.nll(rows[sl], orders[sl]).mean(1) for sl in _row_chunks(len(rows), L * model.vocab_size)]
+    out = [model.nll(rows[sl], orders[sl]).mean(1) for sl in _row_chunks(len(rows), L * model.vocab_size, rows.device)]
     return torch.cat(out).view(B, k_mc)
 
 
@@ -230,7 +233,7 @@ def mdm_elbo_draws(model, tokens: torch.Tensor, k_mc: int, estimator: str = "kdc
     B, L = tokens.shape
     rows = tokens.repeat_interleave(k_mc, dim=0)
     draw = ELBO_DRAWS[estimator]
-    out = [draw(model, rows[sl], generator) for sl in _row_chunks(len(rows), L * model.vocab_size)]
+    out = [draw(model, rows[sl], generator) for sl in _row_chunks(len(rows), L * model.vocab_size, rows.device)]
     return torch.cat(out).view(B, k_mc)
 
 
@@ -295,7 +298,7 @@ def _sorted_slot_logprobs(model, rows, orders, slots) -> torch.Tensor:
     perm = slots.argsort()
     out = torch.empty(len(rows), device=rows.device)
     L = rows.shape[1]
-    for sl in _row_chunks(len(rows), L * model.shape.d_model * 16):
+    for sl in _row_chunks(len(rows), L * model.shape.d_model * 16, rows.device):
         idx = perm[sl]
         out[idx] = _slot_logprobs(model, rows[idx], orders[idx], slots[idx])
     return out

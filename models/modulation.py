@@ -1,69 +1,15 @@
-"""adaLN modulation of token rows: `Modulation` applies a forward pass's per-position tables,
-through the fused CPU kernels (`models.kernels`) when they apply, else through the eager row
-operations below (gathered rows, then products), which give the same values.
+"""adaLN modulation: the chunk-major projection that makes a forward pass's tables
+(`ChunkProjection`), the per-token rows gathered from them (`modulation_rows`) and the product
+the blocks apply them with (`mul_add`).
 
-The eager operations are autograd Functions only where autograd's own backward is slower on
-CPU; tests compare values and gradients with the plain tensor expressions.
+The row operations are autograd Functions only where autograd's own backward is slower on CPU;
+tests compare values and gradients with the plain tensor expressions. (The fused CPU kernels
+read the tables in place instead: `models.kernels.cpu_backend`.)
 """
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
-
-from . import kernels
-
-
-FUSED_MIN_ROWS = 256  # below, the kernels' fixed call cost (~14 µs) exceeds what they save:
-# a norm of 8 rows x 192 takes 13.5 µs fused and 5.1 µs eager, of 512 rows 60 vs 111 µs
-
-
-class Modulation:
-    """adaLN's per-token rows for one forward pass over x [B, T, d]: chunk k of token (b, t) is
-    row index[b, t] of table k. The chunks are (shift, 1 + scale, gate) x 2 per block, then
-    the final norm's (shift, 1 + scale) (see `Transformer.modulation_tables`).
-
-    tables: chunk-major tensors [n, P, d] of per-position tables with `index` [B, T]; or,
-    without an index, per-token or per-sequence rows [n, *S, d] where S broadcasts to [B, T].
-    Their chunks are read in order, so one packed tensor serves as well as one per block (a
-    decoding step then gathers every chunk's rows with one `index_select`).
-    """
-
-    def __init__(self, tables: list[torch.Tensor], index: torch.Tensor | None, x: torch.Tensor):
-        self.fused = x.shape[:-1].numel() >= FUSED_MIN_ROWS and kernels.usable(x, *tables)
-        if not self.fused:
-            self.rows = [row for table in tables for row in modulation_rows(table, index)]
-            return
-        if index is None:  # rows of [*S, d] addressed by their flat position, broadcast to [B, T]
-            S = tables[0].shape[1:-1]
-            index = torch.arange(math.prod(S), device=x.device).view(S).expand(x.shape[:-1])
-            tables = [table.reshape(table.shape[0], -1, table.shape[-1]) for table in tables]
-        self.tables = [chunk for table in tables for chunk in table.unbind(0)]  # contiguous [P, d] each
-        self.index = index.reshape(-1).contiguous()  # one per row of x
-        if self.index.min() < 0 or self.index.max() >= self.tables[0].shape[0]:  # the kernels read rows unchecked
-            raise ValueError(f"cond_index: positions must lie in [0, {self.tables[0].shape[0]})")
-
-    def norm(self, k: int, norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        """norm(x)·(1 + scale) + shift with shift = chunk k and 1 + scale = chunk k + 1."""
-        if not self.fused:
-            return mul_add(self.rows[k], norm(x), self.rows[k + 1])
-        return kernels.modulated_norm(x, self.index, self.tables[k + 1], self.tables[k], *_norm_args(norm, x))
-
-    def residual_norm(self, k: int, x: torch.Tensor, y: torch.Tensor, norm: nn.Module):
-        """(x1, h): the gated residual update x1 = x + gate·y with gate = chunk k, and the
-        next norm's modulated output on x1 with chunks k + 1, k + 2 (its shift, 1 + scale)."""
-        if not self.fused:
-            x1 = mul_add(x, self.rows[k], y)
-            return x1, mul_add(self.rows[k + 1], norm(x1), self.rows[k + 2])
-        return kernels.residual_norm(x, y, self.index, self.tables[k], self.tables[k + 2], self.tables[k + 1],
-                                     *_norm_args(norm, x))
-
-
-def _norm_args(norm: nn.Module, x: torch.Tensor) -> tuple:
-    """(weight, bias, eps, center) of a LayerNorm or RMSNorm module, as the kernels take them."""
-    eps = norm.eps if norm.eps is not None else torch.finfo(x.dtype).eps
-    return norm.weight, getattr(norm, "bias", None), eps, isinstance(norm, nn.LayerNorm)
 
 
 def mul_add(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:

@@ -127,9 +127,10 @@ def bernoulli_counts(length: int, steps: int, generator=None) -> list[int]:
     """Paper Lemma 5.1 with α_t = 1 - t on t_i = 1 - i/steps: k_i ~ Binomial(#masked, p_i),
     p_i = (α_{t_{i+1}} - α_{t_i}) / (1 - α_{t_i}) = 1 / (steps - i); the last step reveals the rest."""
     counts, left = [], length
+    device = "cpu" if generator is None else generator.device  # a generator draws on its own device
     for i in range(steps):
-        p = torch.tensor(1.0 / (steps - i), dtype=torch.float64)
-        k = int(torch.binomial(torch.tensor(float(left), dtype=torch.float64), p, generator=generator))
+        p = torch.tensor(1.0 / (steps - i), dtype=torch.float64, device=device)
+        k = int(torch.binomial(torch.tensor(float(left), dtype=torch.float64, device=device), p, generator=generator))
         counts.append(k)
         left -= k
     return counts
@@ -164,7 +165,7 @@ def generate_ar(model, batch: int, length: int, sampling: Sampling = Sampling(),
     x = model.start_slot(batch)
     out = Generation(torch.empty(batch, length, dtype=torch.long, device=x.device), counts=[1] * length,
                      steps=length)
-    with model.decode_layout():
+    with model.decoding():
         for i in range(length):
             h = model.core(x, attn_mask=causal_mask(x.shape[1], cache.length, x.device), cache=cache)
             cache.commit(x.shape[1])
@@ -247,7 +248,7 @@ def generate_aogpt(model, batch: int, length: int, steps: int | None = None, sch
     cache = KVCache(model.shape.n_layer) if use_cache else None
     tables = model.modulation_tables()  # adaLN rows of every target position, once per decode
     starts = [0, *itertools.accumulate(counts)][:-1]  # tokens decoded before each step
-    with model.decode_layout():
+    with model.decoding():
         for j, k in zip(starts, counts):
             if k == 0:
                 continue

@@ -17,25 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cli import float_arg, int_arg
 from jobs.executors import Executor, Handle, get_executor
 
 from .study import StudyError
-
-
-def int_arg(text: str) -> int:
-    """argparse type: an integer, with a one-line error."""
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-
-
-def float_arg(text: str) -> float:
-    """argparse type: a number, with a one-line error."""
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
 
 
 @dataclass(frozen=True)
@@ -47,6 +32,7 @@ class Flag:
     help: str
     type: Callable[[str], Any] = str
     repeat: bool = False
+    switch: bool = False  # a flag without a value (True when given)
 
     @property
     def dest(self) -> str:
@@ -62,6 +48,7 @@ class Backend:
     executor: Callable[[Any, Path], Executor]
     detached: bool = False  # jobs outlive the launcher: return after submitting unless --wait
     world_size: Callable[[Any], int] = field(default=lambda options: 1)
+    describe: Callable[[Any, Path, int], str] | None = None  # --dry-run: what would be submitted for n runs
 
     def options(self, args: argparse.Namespace) -> Any:
         """The validated options; StudyError (one line, field and fix) on bad input."""
@@ -91,10 +78,18 @@ def _slurm(args: argparse.Namespace, given: dict[str, Any]) -> Any:
         given["time_min"] = parse_time_min(given["time_min"])
     if "additional" in given:
         given["additional"] = parse_additional(given["additional"])
+    if "setup" in given:
+        given["setup"] = tuple(given["setup"])
     options = SlurmOptions(**given)
     _check_engine(args, _slurm_world_size(options))
-    validate_slurm_options(options)
+    validate_slurm_options(options, check_partition=not args.dry_run)  # a dry run needs no controller
     return options
+
+
+def _slurm_describe(options: Any, study_dir: Path, n_runs: int) -> str:
+    from jobs.executors.slurm import render_submission  # noqa: PLC0415
+
+    return render_submission(options, study_dir, n_runs)
 
 
 def _slurm_world_size(options: Any) -> int:
@@ -109,8 +104,10 @@ def _check_engine(args: argparse.Namespace, world_size: int) -> None:
 
 
 def _ray(args: argparse.Namespace, given: dict[str, Any]) -> Any:
-    from jobs.executors.ray_tune import RayOptions, validate_ray_options  # noqa: PLC0415
+    from jobs.executors.ray_tune import RayOptions, parse_env, validate_ray_options  # noqa: PLC0415
 
+    if "env" in given:
+        given["env"] = parse_env(given["env"])
     options = RayOptions(max_retries=args.max_retries, **given)
     validate_ray_options(options)
     return options
@@ -127,19 +124,32 @@ SLURM_FLAGS = (
     Flag("cpus-per-task", "cpus_per_task", "CPUs per task (default 1)", int_arg),
     Flag("mem", "mem", "memory per node, e.g. 16G"),
     Flag("slurm-array-parallelism", "array_parallelism", "array tasks at once (default 64)", int_arg),
+    Flag("slurm-setup", "setup", "shell line run before each task, e.g. 'module load cuda' (repeatable)",
+         repeat=True),
+    Flag("slurm-exclusive", "exclusive", "whole nodes to each task (sbatch --exclusive)", switch=True),
+    Flag("slurm-signal-delay", "signal_delay_s", "seconds before the time limit that USR2 asks the run to "
+         "checkpoint and requeue (default 90)", int_arg),
+    Flag("slurm-mail-type", "mail_type", "sbatch --mail-type, e.g. END,FAIL"),
+    Flag("slurm-mail-user", "mail_user", "sbatch --mail-user"),
     Flag("slurm-additional", "additional", "extra sbatch option key=value (repeatable)", repeat=True),
 )
 RAY_FLAGS = (
-    Flag("ray-address", "address", "Ray cluster host:port (default: start a local Ray)"),
+    Flag("ray-address", "address", "Ray cluster to join: auto (the one `ray start` runs here) or host:port "
+         "(default: start a local Ray)"),
+    Flag("ray-working-dir", "working_dir", "code folder shipped to the workers when joining a cluster "
+         "(default: this aoscale checkout)"),
+    Flag("ray-env", "env", "environment variable KEY=VALUE for every trial (repeatable; AOSCALE_*, "
+         "WANDB_*, HF_* and OMP_NUM_THREADS are passed on anyway)", repeat=True),
     Flag("cpus-per-trial", "cpus_per_trial", "CPUs per run (default 1)", float_arg),
-    Flag("gpus-per-trial", "gpus_per_trial", "GPUs per run (default 0)", float_arg),
+    Flag("gpus-per-trial", "gpus_per_trial", "GPUs per run: 0 (default) to 1; a run spanning GPUs needs "
+         "--backend slurm", float_arg),
     Flag("ray-num-cpus", "num_cpus", "CPUs of a locally started Ray (default: all)", int_arg),
     Flag("max-concurrent-trials", "max_concurrent", "runs at once (default: as resources allow)", int_arg),
 )
 
 BACKENDS: dict[str, Backend] = {
     "local": Backend((), _local, lambda options, study_dir: get_executor("local", **options)),
-    "slurm": Backend(SLURM_FLAGS, _slurm, detached=True, world_size=_slurm_world_size,
+    "slurm": Backend(SLURM_FLAGS, _slurm, detached=True, world_size=_slurm_world_size, describe=_slurm_describe,
                      executor=lambda options, study_dir: get_executor("slurm", study_dir=study_dir, options=options)),
     "ray": Backend(RAY_FLAGS, _ray,
                    executor=lambda options, study_dir: get_executor("ray", study_dir=study_dir, options=options)),
@@ -153,6 +163,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
             continue
         group = parser.add_argument_group(f"--backend {name}")
         for flag in backend.flags:
+            if flag.switch:
+                group.add_argument(f"--{flag.name}", dest=flag.dest, action="store_const", const=True, help=flag.help)
+                continue
             action = "append" if flag.repeat else "store"
             group.add_argument(f"--{flag.name}", dest=flag.dest, type=flag.type, action=action, help=flag.help)
 

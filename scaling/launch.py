@@ -16,38 +16,47 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from cli import InputError, Parser, float_arg, int_arg, parse, run_main
+from analysis import DEFAULT_BOOTSTRAP
+from jobs import ds_config
 from jobs.executors import EXECUTORS, Executor, one_line
 from jobs.executors.local import visible_gpus
+from jobs.runlock import exclusive
 
-from . import ledger
-from .backends import BACKENDS, add_flags, check_foreign_flags, float_arg, int_arg
+from . import ledger, preflight
+from .backends import BACKENDS, add_flags, check_foreign_flags
 from .plan import format_plan, plan_rows, refusal, usable_cores
 from .scheduler import Scheduler, submit_runs, to_submit
+from .presets import PRESETS
 from .study import StudyError, StudySpec, build_study, load_toml
 
 STUDIES_ROOT = Path("studies")
-DEFAULT_BOOTSTRAP = 200  # resamples for the report's intervals; enough for a 95 % percentile CI
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        print(f"launch: {message}; see --help", file=sys.stderr)
-        raise SystemExit(2)
+def preset_help() -> str:
+    """One line per preset: its name and the first line of its function's docstring."""
+    width = max(len(name) for name in PRESETS)
+    lines = [f"  {name.ljust(width)}  {(fn.__doc__ or '').strip().splitlines()[0]}" for name, fn in PRESETS.items()]
+    return "presets (--preset NAME):\n" + "\n".join(lines)
 
 
 def parser() -> argparse.ArgumentParser:
     """The launch CLI's flags; unset flags are None so presets and TOML files show through."""
-    p = _Parser(prog="python -m scaling.launch", description=__doc__.splitlines()[0])
+    p = Parser(prog="python -m scaling.launch", description=__doc__.splitlines()[0], error_prefix="launch",
+               epilog=preset_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     add = p.add_argument
-    add("--preset", help="quickstart, paper, network, pe, ema, l2r-mix, orders, factorial")
+    add("--preset", help=f"a named study (default quickstart): {', '.join(PRESETS)}; listed below")
     add("--spec", help="study TOML file; flags override it")
     add("--study-dir", help="study directory (default studies/<name>)")
     add("--name", help="study name (default: the preset's name, plus a hash when flags change it)")
     add("--families", help="comma-separated families, e.g. ar,aogpt,sigma_gpt,mdm")
     add("--sizes", help="comma-separated sizes, e.g. 0.1M,0.3M,1M or 125M,350M,760M")
     add("--seeds", type=int_arg, help="seeds per cell (0..N-1)")
-    add("--tokenizer", help="bytes or gpt2")
-    add("--corpus", help="shakespeare, a local .txt/.jsonl path, or a Hugging Face dataset name")
+    add("--tokenizer", help="bytes, gpt2, a tiktoken encoding (r50k_base, cl100k_base, ...) or hf:PATH")
+    add("--corpus", help="shakespeare, a local dataset (save_to_disk folder; file, folder or glob of "
+                         "parquet/arrow/jsonl/txt) or a Hugging Face dataset name[:config]")
+    add("--text-field", help="the corpus column holding the text (default text)")
+    add("--eval-suite", help="quick, paper, or SUITE:SET,SET (named zero-shot sets are required)")
     add("--seq-len", type=int_arg)
     add("--tokens", type=int_arg, help="training tokens per run (default tokens-per-param x params)")
     add("--tokens-per-param", type=float_arg, help="default 20 (Chinchilla)")
@@ -62,11 +71,15 @@ def parser() -> argparse.ArgumentParser:
     add("--judge-run", dest="judge", help="AR run directory that scores generated samples "
                                           "(default: a dedicated judge run when the suite generates)")
     add("--engine", help="torch or deepspeed")
+    add("--deepspeed-config", help="DeepSpeed config overlay (.json/.toml): ZeRO offload and buckets, "
+        "communication, profiling; implies --engine deepspeed; run ids unchanged")
+    add("--wandb", nargs="?", const=True, metavar="PROJECT", help="log every run to wandb (project: the "
+        "study's unless given); online when logged in; a study file's [tracking] table sets more")
     add("--backend", default="local", help=f"executor: {', '.join(EXECUTORS)}")
     add("--max-parallel", type=int_arg, help="runs at once (local: default one per GPU, else 1)")
     add("--max-retries", type=int_arg, default=1, help="retries of a failed run (default 1; ray: per trial too)")
     add("--wait", action="store_true", help="slurm: wait for the jobs, then write the report")
-    add("--bootstrap", type=int_arg, default=DEFAULT_BOOTSTRAP, help="bootstrap resamples of the fits")
+    add("--bootstrap", type=int_arg, default=DEFAULT_BOOTSTRAP, help=f"bootstrap resamples of the fits (default {DEFAULT_BOOTSTRAP})")
     add("--dry-run", action="store_true", help="print the plan and write nothing")
     add("--force", action="store_true", help="run a plan that is too big for this machine anyway")
     add("--no-progress", action="store_true", help="no progress bars")
@@ -75,9 +88,9 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-FLAG_KEYS = ("preset", "name", "families", "sizes", "seeds", "tokenizer", "corpus", "seq_len", "tokens",
-             "tokens_per_param", "max_tokens", "batch_size", "lr", "warmup_steps", "max_steps", "network",
-             "ema", "judge")
+FLAG_KEYS = ("preset", "name", "families", "sizes", "seeds", "tokenizer", "corpus", "text_field",
+             "eval_suite", "seq_len", "tokens", "tokens_per_param", "max_tokens", "batch_size", "lr",
+             "warmup_steps", "max_steps", "network", "ema", "judge")
 
 
 def study_from_args(args: argparse.Namespace, world_size: int = 1) -> StudySpec:
@@ -87,14 +100,22 @@ def study_from_args(args: argparse.Namespace, world_size: int = 1) -> StudySpec:
     run ids do not change)."""
     flags: dict[str, Any] = {key: getattr(args, key) for key in FLAG_KEYS}
     engine = "deepspeed" if world_size > 1 else args.engine
-    if engine is not None:
-        flags["resources"] = {"engine": engine}
-    toml = load_toml(args.spec) if args.spec else None
+    resources = {"engine": engine, ds_config.FIELD: args.deepspeed_config}
+    flags["resources"] = {key: value for key, value in resources.items() if value is not None} or None
+    if args.wandb is not None:
+        flags["tracking"] = {"wandb": True, **({"project": args.wandb} if isinstance(args.wandb, str) else {})}
+    toml = None
+    if args.spec:
+        preflight.check_spec_file(args.spec)
+        toml = load_toml(args.spec)
+        preflight.check_toml_types(toml)
     return build_study(flags, toml)
 
 
 def _check(args: argparse.Namespace) -> tuple[StudySpec, Path, Any]:
-    """Validate everything (study, study dir, backend options) before anything is written."""
+    """Validate everything (flags, study, every run, data, memory, study dir, backend options)
+    before anything is written; see scaling.preflight."""
+    preflight.check_flags(args, FLAG_KEYS)
     if args.backend not in EXECUTORS or args.backend not in BACKENDS:
         raise StudyError(f"backend: unknown backend {args.backend!r}; valid: {', '.join(BACKENDS)}")
     if args.max_retries < 0:
@@ -110,6 +131,7 @@ def _check(args: argparse.Namespace) -> tuple[StudySpec, Path, Any]:
         study = study_from_args(args, world_size)
     study_dir = Path(args.study_dir) if args.study_dir else STUDIES_ROOT / study.name
     ledger.check_study_dir(study_dir, study)
+    preflight.check_study(study, study_dir)
     return study, study_dir, options
 
 
@@ -181,32 +203,37 @@ def judge_pass(study_dir: Path, run_ids: list[str]) -> None:
 
 
 def write_report(study_dir: Path, bootstrap: int) -> Path:
-    """Fit the curves over the study and write `<study>/report/`."""
+    """Fit the curves over the study and write `<study>/report/`, one launcher at a time (under
+    the study's lock; a second launcher waits and then rewrites it from the same records)."""
     from analysis import fit_curves  # noqa: PLC0415 - imported only after training
 
-    return fit_curves.run([study_dir], study_dir / "report", bootstrap=bootstrap, x="n_params", seed=0)
+    with exclusive(study_dir / ledger.STUDY_LOCK):
+        return fit_curves.run([study_dir], study_dir / "report", bootstrap=bootstrap, x="n_params", seed=0)
 
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; exit status 2 on bad input with nothing written."""
-    try:
-        args = parser().parse_args(argv)
-    except SystemExit as exit_:  # --help or a parse error (already printed as one line)
-        return int(exit_.code or 0)
-    try:
-        study, study_dir, options = _check(args)
-    except StudyError as error:
-        print(f"launch: {error}", file=sys.stderr)
-        return 2
+    args = parse(parser(), argv)
+    if isinstance(args, int):  # --help or a parse error (already printed as one line)
+        return args
+    return run_main("launch", lambda: _main(args))
+
+
+def _main(args: argparse.Namespace) -> int:
+    study, study_dir, options = _check(args)
     rows = plan_rows(study)
     has_gpu = bool(visible_gpus())
     if args.dry_run:
         print(format_plan(study, rows, usable_cores(), has_gpu))
+        describe = BACKENDS[args.backend].describe
+        if describe is not None:
+            todo = [r for r in study.run_ids if ledger.view(study_dir, r).state != "done"]
+            print(describe(options, study_dir, len(todo)))
         return 0
     why = None if (has_gpu or args.force or args.backend != "local") else refusal(study, rows, usable_cores())
     if why:
-        print(f"launch: {why}", file=sys.stderr)
-        return 2
+        raise InputError(why)
+    preflight.check_resources(study, memory=args.backend == "local" and not args.force)
     print(f"study {study.name}: {len(rows)} runs in {study_dir}", flush=True)
     return launch(args, study, study_dir, options)
 

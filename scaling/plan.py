@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from jobs.tokenizers import get_encoding
 from models import build_model
 from models.families.base import shapes_only
 from models.ladder import core_params, get_shape, train_flops_per_token
@@ -22,7 +23,9 @@ from models.ladder import core_params, get_shape, train_flops_per_token
 from .arms import network_name
 from .study import StudySpec
 
-VOCAB_SIZES = {"bytes": 257, "gpt2": 50257}  # 256 bytes + EOT; GPT-2's 50,257 (Radford et al. 2019)
+# Known without loading the tokenizer: 256 bytes + EOT; GPT-2's 50,257 (Radford et al. 2019).
+# Any other tokenizer's vocabulary is read from the tokenizer itself.
+VOCAB_SIZES = {"bytes": 257, "gpt2": 50257}
 H100_BF16_DENSE_FLOPS = 989e12  # NVIDIA H100 SXM datasheet: dense BF16 tensor-core peak, FLOP/s
 DEFAULT_MFU = 0.40  # a well-tuned dense transformer's model FLOPs utilisation (PaLM reports 46 %)
 GPU_NAME = "H100 SXM bf16"
@@ -64,7 +67,7 @@ def plan_rows(study: StudySpec) -> list[PlanRow]:
     for cell in study.cells:
         spec = cell.spec
         shape = get_shape(spec.size)
-        vocab = VOCAB_SIZES.get(spec.tokenizer, VOCAB_SIZES["gpt2"])
+        vocab = VOCAB_SIZES.get(spec.tokenizer) or get_encoding(spec.tokenizer).n_vocab
         flops = float(train_flops_per_token(shape, spec.seq_len, vocab)) * spec.tokens
         own = family_params(spec.family, spec.size, json.dumps(spec.options, sort_keys=True), vocab, spec.seq_len)
         rows.append(PlanRow(spec.run_id, spec.family, spec.variant, spec.size, spec.seed, core_params(shape),

@@ -36,6 +36,8 @@ CPU_BASE: dict[str, Any] = {
 # table, which also gives 760M's 2.5e-4 (the paper trains no 760M). Difference: the paper trains
 # 500k steps; a scaling study trains tokens_per_param x params (Chinchilla 20 by default). Every
 # family trains on the official AO-GPT network with its EMA 0.9999 (DESIGN §7: one network, one EMA).
+# OpenWebText has only a train split: validation is the held-out slice of jobs.tokencache
+# (0.05 % of documents by hash, as nanoGPT holds out 0.05 %), the same on every machine.
 PAPER_BASE: dict[str, Any] = {
     "sizes": ["125M", "350M", "760M"], "seeds": 3, "tokenizer": "gpt2",
     "corpus": "Skylion007/openwebtext", "seq_len": 1024, "batch_size": 1024,
@@ -64,7 +66,7 @@ def _aogpt(factors: dict[str, Any], **changes: Any) -> Arm:
 def quickstart() -> dict[str, Any]:
     """CPU rungs on Shakespeare bytes, four families x 3 sizes x 2 seeds, capped tokens."""
     return {**CPU_BASE, "arms": _family_arms(), "max_tokens": QUICKSTART_MAX_TOKENS,
-            "seq_len": QUICKSTART_SEQ_LEN, "batch_size": QUICKSTART_BATCH_SIZE}
+            "seq_len": QUICKSTART_SEQ_LEN, "batch_size": QUICKSTART_BATCH_SIZE, "eval_suite": "quick"}
 
 
 def paper() -> dict[str, Any]:

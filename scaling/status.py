@@ -6,11 +6,17 @@ A study submitted to Slurm gets a `queue` column: the scheduler's state of each 
 (PENDING, RUNNING, COMPLETED, ...; `UNKNOWN` when Slurm cannot be asked, `-` for a run never
 submitted) beside the ledger state.
 
+A run the table cannot show as it should (its folder or spec.json missing or corrupt, a
+status.json rebuilt from its checkpoints, a done run whose final checkpoint fails its checksum)
+gets a `warning:` line under the table instead of stopping the command.
+
+`--json` prints one JSON object instead: `{"study", "runs": [{column: value}], "counts": {state: n}}`
+(seed, loss and tries as numbers, unknown values as null), for scripts and dashboards.
+
 Exit status: 0 when every run is done, 1 otherwise, 2 when the path holds no study.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections import Counter
@@ -18,14 +24,17 @@ from pathlib import Path
 from typing import Any
 
 from analysis.fairness import plateau_table
+from cli import InputError, Parser, parse, run_main
+from jobs import checkpoint as ckpt
 from jobs.executors.slurm import queue_states
 from jobs.records import read_records
-from jobs.runfiles import METRICS_FILE
+from jobs.runfiles import METRICS_FILE, read_status
+from jobs.spec import RunSpec
 
 from . import ledger
-from .study import StudyError
 
 TAIL_BYTES = 65_536  # enough for the last few dozen metric rows
+VERIFY_MAX_BYTES = 1 << 30  # final checkpoints up to 1 GiB are checksummed every time (--verify: all)
 COLUMNS = ("run_id", "family", "variant", "size", "seed", "state", "progress", "loss", "eta", "tries", "learned")
 QUEUE_COLUMN = "queue"
 
@@ -63,16 +72,23 @@ def _duration(seconds: float | None) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{sec:02d}s"
 
 
+def _spec(study_dir: Path, run_id: str) -> RunSpec | None:
+    try:
+        return ledger.load_spec(study_dir, run_id)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
 def row_for(study_dir: Path, run_id: str, info: dict[str, Any]) -> tuple[str, ...]:
-    """One table row."""
+    """One table row (a run whose spec.json is missing or corrupt shows what status.json says)."""
     run = ledger.view(study_dir, run_id)
     directory = ledger.run_dir(study_dir, run_id)
-    spec = ledger.load_spec(study_dir, run_id)
-    steps = run.steps or spec.steps
+    spec = _spec(study_dir, run_id)
+    steps = run.steps or (spec.steps if spec else 0)
     metrics = last_train_row(directory)
     loss = f"{float(metrics['loss']):.4f}" if metrics and isinstance(metrics.get("loss"), (int, float)) else "-"
     progress = f"{run.step}/{steps} ({100 * run.step / steps:.0f}%)" if steps else "-"
-    eta = _duration(eta_s(run, spec.batch_size * spec.seq_len, metrics))
+    eta = _duration(eta_s(run, spec.batch_size * spec.seq_len, metrics)) if spec else "-"
     return (run_id, info["family"], info["variant"], info["size"], str(info["seed"]), run.state,
             progress, loss, eta, str(run.attempts), learned(directory))
 
@@ -91,11 +107,31 @@ def learned(run_dir: Path) -> str:
     return "plateau" if table["plateau"].any() else "ok"
 
 
+def run_warnings(study_dir: Path, run_id: str, verify_all: bool = False) -> list[str]:
+    """What is wrong with one run's files, one line each (empty when nothing is)."""
+    directory = ledger.run_dir(study_dir, run_id)
+    if not directory.is_dir():
+        return [f"run {run_id}: its folder {directory} is missing; relaunch the study to train it again"]
+    out = []
+    if _spec(study_dir, run_id) is None:
+        out.append(f"run {run_id}: spec.json is missing or corrupt; relaunch the study to rewrite it")
+    status = read_status(directory)
+    out += [f"run {run_id}: {w}" for w in status.get("warnings", []) if str(w).startswith("status:")]
+    saved = ckpt.checkpoint_dirs(directory)
+    if status.get("state") == "done" and saved:
+        size = sum(p.stat().st_size for p in saved[-1].rglob("*") if p.is_file())
+        problem = ckpt.verify(saved[-1]) if verify_all or size <= VERIFY_MAX_BYTES else None
+        if problem:
+            out.append(f"run {run_id}: done, but its final checkpoint {saved[-1].name} is corrupt ({problem}); "
+                       f"rerun python -m jobs.train --run-dir {directory} to train it again from the last valid one")
+    return out
+
+
 def table(study_dir: Path) -> tuple[list[tuple[str, ...]], Counter]:
     """Rows in launch order and the count of runs per state (plus `queue` for Slurm studies)."""
     doc = ledger.read_study(study_dir)
     if doc is None:
-        raise StudyError(f"study: {study_dir} holds no study.json; pass a study directory made by scaling.launch")
+        raise InputError(f"study: {study_dir} holds no study.json; pass a study directory made by scaling.launch")
     rows = [row_for(study_dir, run_id, doc["runs"][run_id]) for run_id in doc["order"]]
     queue = queue_states(study_dir)
     if queue:
@@ -111,19 +147,40 @@ def render(rows: list[tuple[str, ...]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines)
 
 
+JSON_NUMBERS = {"seed": int, "loss": float, "tries": int}  # the other columns stay text (`-` -> null)
+
+
+def as_json(study_dir: Path, rows: list[tuple[str, ...]], counts: Counter) -> str:
+    """The `--json` document: every row as an object keyed by column, plus the counts per state."""
+    header = COLUMNS + (QUEUE_COLUMN,) if rows and len(rows[0]) > len(COLUMNS) else COLUMNS
+    runs = [{key: None if cell == "-" else JSON_NUMBERS.get(key, str)(cell) for key, cell in zip(header, row)}
+            for row in rows]
+    return json.dumps({"study": str(study_dir), "runs": runs, "counts": dict(sorted(counts.items()))}, indent=1)
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point."""
-    parser = argparse.ArgumentParser(prog="python -m scaling.status", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m scaling.status", description=__doc__.splitlines()[0], error_prefix="status")
     parser.add_argument("study", help="study directory")
-    args = parser.parse_args(argv)
-    try:
+    parser.add_argument("--verify", action="store_true", help="checksum every done run's final checkpoint")
+    parser.add_argument("--json", action="store_true", help="print one JSON object (runs and counts) instead of the table")
+    args = parse(parser, argv)
+    if isinstance(args, int):
+        return args
+
+    def body() -> int:
         rows, counts = table(Path(args.study))
-    except StudyError as error:
-        print(f"status: {error}", file=sys.stderr)
-        return 2
-    print(render(rows))
-    print(f"{len(rows)} runs: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
-    return 0 if counts.get("done", 0) == len(rows) else 1
+        if args.json:
+            print(as_json(Path(args.study), rows, counts))
+        else:
+            print(render(rows))
+            print(f"{len(rows)} runs: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
+        for row in rows:
+            for warning in run_warnings(Path(args.study), row[0], args.verify):
+                print(f"warning: {warning}", file=sys.stderr)
+        return 0 if counts.get("done", 0) == len(rows) else 1
+
+    return run_main("status", body)
 
 
 if __name__ == "__main__":

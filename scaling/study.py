@@ -13,8 +13,13 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from jobs.data import canonical_corpus
+from cli import InputError
+from jobs import ds_config
+from jobs.data import DEFAULT_TEXT_FIELD, canonical_corpus, check_corpus
+from jobs.datasets import check_eval_suite, parse_eval_suite
+from jobs.tokenizers import get_encoding
 from jobs.spec import ENGINES, HASHED_FIELDS, RunSpec, ZERO_STAGES, canonical_json
+from jobs.tracking import check_tracking
 from models.ladder import core_params, get_shape, parse_sizes
 
 from jobs.suites import SUITES
@@ -23,24 +28,23 @@ from .arms import Arm, arm_from_dict, check_ema, check_family, default_arm, netw
 from .presets import FAMILY_ORDER, base_for, preset_settings
 from .recipes import Budget, schedule
 
-TOKENIZERS = ("bytes", "gpt2")
+DEFAULT_EVAL_SUITE = "quick"
 # RunSpec fields a study decides itself; the remaining hashed fields may be set under [run].
 STRUCTURAL = {"family", "size", "steps", "lr", "warmup_steps", "model_options", "tokenizer", "corpus",
-              "seq_len", "batch_size", "ema", "seed"}
+              "text_field", "seq_len", "batch_size", "ema", "seed"}
 # study.json format: 2 = run ids hash every resolved model option (defaults included) and the
 # network and EMA are study settings. A study written in another format is refused, not mixed.
 STUDY_FORMAT = 2
 JUDGE_SETTINGS = ("auto", "none")  # or a run directory: the judge of generated samples
 RUN_OVERRIDES = tuple(name for name in HASHED_FIELDS if name not in STRUCTURAL)
-RESOURCES = ("engine", "zero_stage", "eval_every", "checkpoint_every", "keep_checkpoints", "log_every")
+RESOURCES = ("engine", "zero_stage", ds_config.FIELD, "eval_every", "checkpoint_every", "keep_checkpoints", "log_every")
 BUDGET_KEYS = tuple(f.name for f in fields(Budget))
 SETTING_KEYS = ("name", "preset", "families", "arms", "sizes", "seeds", "tokenizer", "corpus", "run",
-                "resources", "network", "ema", "judge", "eval_suite") + BUDGET_KEYS
-RESULT_KEYS = tuple(k for k in SETTING_KEYS if k not in ("name", "resources", "judge"))
+                "resources", "tracking", "network", "ema", "judge", "eval_suite", "text_field") + BUDGET_KEYS
+RESULT_KEYS = tuple(k for k in SETTING_KEYS if k not in ("name", "resources", "tracking", "judge"))
 
 
-class StudyError(ValueError):
-    """Bad study input; the message is one line naming the field and the fix."""
+StudyError = InputError  # the one input-error type of every CLI (cli.InputError), by its study name
 
 
 @dataclass(frozen=True)
@@ -122,13 +126,13 @@ def _choose_preset(given: dict[str, Any]) -> str | None:
 
 
 def _merge(layers: list[dict[str, Any]]) -> dict[str, Any]:
-    """Later layers win key by key; the `run` and `resources` tables merge field by field."""
+    """Later layers win key by key; the `run`, `resources` and `tracking` tables merge field by field."""
     out: dict[str, Any] = {}
     for layer in layers:
         for key, value in layer.items():
             if value is None:
                 continue
-            if key in ("run", "resources"):
+            if key in ("run", "resources", "tracking"):
                 out[key] = {**out.get(key, {}), **value}
             else:
                 out[key] = value
@@ -189,14 +193,29 @@ def _check_tables(settings: dict[str, Any]) -> None:
         raise StudyError(f"engine: unknown engine {resources['engine']!r}; valid: {', '.join(ENGINES)}")
     if resources.get("zero_stage", 2) not in ZERO_STAGES:
         raise StudyError(f"zero_stage: must be one of {ZERO_STAGES}, got {resources['zero_stage']!r}")
-    if settings.get("tokenizer") not in TOKENIZERS:
-        raise StudyError(f"tokenizer: unknown tokenizer {settings.get('tokenizer')!r}; valid: {', '.join(TOKENIZERS)}")
+
+
+def _check_data(settings: dict[str, Any]) -> None:
+    """Tokenizer (loaded), text field, an existing local corpus (opened) and the eval suite."""
+    try:
+        get_encoding(settings.get("tokenizer"))
+    except (ValueError, TypeError) as error:
+        raise StudyError(str(error).splitlines()[0]) from None
+    field = settings.get("text_field", DEFAULT_TEXT_FIELD)
+    if not isinstance(field, str) or not field:
+        raise StudyError(f"text_field: must be a column name, got {field!r}")
+    check_corpus(str(settings.get("corpus")), field)
+    check_eval_suite(settings.get("eval_suite", DEFAULT_EVAL_SUITE))
 
 
 def _expand(settings: dict[str, Any], name: str) -> list[Cell]:
     """Every (size, seed, arm) cell as a RunSpec, size-major so small runs finish first; the
     judge run (when the study has one) comes first, so it is trained before it is needed."""
     _check_tables(settings)
+    _check_data(settings)
+    settings["resources"] = ds_config.with_overlay(settings.get("resources", {}))
+    if settings.get("tracking"):
+        settings["tracking"] = check_tracking(settings["tracking"])
     arms, seeds, budget = _arms(settings), _seeds(settings), _budget(settings)
     network = network_options(settings.get("network", "gpt2"))
     study_ema = check_ema(settings.get("ema", 0.0))
@@ -219,7 +238,7 @@ def _judge(settings: dict, seeds: int, network: dict, ema: float, budget: Budget
     choice = settings.get("judge", "auto")
     if not isinstance(choice, str) or not choice:
         raise StudyError(f"judge: expected 'auto', 'none' or an AR run directory, got {choice!r}")
-    suite = settings.get("eval_suite", "quick")
+    suite = parse_eval_suite(settings.get("eval_suite", DEFAULT_EVAL_SUITE))[0]  # SUITE[:SET,SET]
     if suite not in SUITES:
         raise StudyError(f"eval_suite: unknown suite {suite!r}; valid: {', '.join(SUITES)}")
     if choice != "auto" or not SUITES[suite].generate:
@@ -249,11 +268,13 @@ def _judge_dir(settings: dict) -> str:
 def _cell(arm: Arm, options: dict, ema: float, size: str, seed: int, settings: dict, budget: Budget,
           name: str, role: str = "compared", judge: str = "") -> Cell:
     plan = schedule(size, budget)
-    tracking = {f"factor_{k}": v for k, v in arm.factors}
+    tracking = {**settings.get("tracking", {}), **{f"factor_{k}": v for k, v in arm.factors}}
     spec = RunSpec(
         family=arm.family, size=size, steps=plan.steps, lr=plan.lr, warmup_steps=plan.warmup_steps,
         model_options=options, tokenizer=settings["tokenizer"],
         corpus=canonical_corpus(str(settings["corpus"])),
+        text_field=settings.get("text_field", DEFAULT_TEXT_FIELD),
+        eval_suite=settings.get("eval_suite", DEFAULT_EVAL_SUITE),
         seq_len=budget.seq_len, batch_size=plan.batch_size, ema=ema, seed=seed,
         study=name, variant=arm.label if role == "compared" else "judge", tracking=tracking, role=role,
         judge=judge, **settings.get("run", {}), **settings.get("resources", {}),

@@ -22,30 +22,14 @@ LOGS=$DIR/logs
 CLUSTER=aoscale
 HOST=$(hostname -s)
 DB_SOCKET=$DIR/mysqlrun/mysqld.sock
-DB_PASSWORD=aoscale-ci
 PACKAGES="slurmctld slurmd slurm-client slurmdbd munge mariadb-server"
 T0=$SECONDS
 
 say() { echo "[slurm-cluster $((SECONDS - T0))s] $*" >&2; }
 fail() { say "ERROR: $*"; exit 1; }
 
-# running PIDFILE COMM: the pid in PIDFILE is alive and is the program COMM (not a reused pid)
-running() {
-    local pid
-    [ -s "$1" ] || return 1
-    pid=$(cat "$1")
-    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ]
-}
-
-# until SECONDS_MAX CMD...: poll CMD every 0.2 s until it succeeds or the time runs out
-until_ok() {
-    local deadline=$((SECONDS + $1))
-    shift
-    while ! "$@" >/dev/null 2>&1; do
-        [ $SECONDS -lt $deadline ] || return 1
-        sleep 0.2
-    done
-}
+# shellcheck source=scripts/slurm-lib.sh
+. "$(dirname "$0")/slurm-lib.sh"
 
 install_packages() {
     local pkg missing=""
@@ -84,44 +68,17 @@ node_line() {
 
 write_slurm_conf() {
     mkdir -p /etc/slurm
-    # cred_expire=10: a requeued job may restart 10 s after it ends (default 120 s).
-    # batch_sched_delay=0 / sched_interval=2: pending jobs start within seconds.
-    # config_overrides: trust the advertised CPUs even above the real core count.
     cat >"$DIR/slurm.conf.next" <<EOF
 # written by aoscale scripts/slurm-cluster.sh
 ClusterName=$CLUSTER
 SlurmctldHost=$HOST(127.0.0.1)
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-AuthInfo=cred_expire=10
-CredType=cred/munge
-MpiDefault=none
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SwitchType=switch/none
-SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0,bf_interval=1,sched_interval=2
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SlurmdParameters=config_overrides
-AccountingStorageType=accounting_storage/slurmdbd
-AccountingStorageHost=localhost
-JobAcctGatherType=jobacct_gather/linux
-JobCompType=jobcomp/none
-ReturnToService=2
+$(slurm_common_conf)
 StateSaveLocation=$DIR/slurmctld
 SlurmdSpoolDir=$DIR/slurmd
 SlurmctldPidFile=$PIDS/slurmctld.pid
 SlurmdPidFile=$PIDS/slurmd.pid
 SlurmctldLogFile=$LOGS/slurmctld.log
 SlurmdLogFile=$LOGS/slurmd.log
-InactiveLimit=0
-KillWait=5
-MinJobAge=600
-Waittime=0
-SlurmctldTimeout=30
-SlurmdTimeout=30
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 SlurmctldParameters=preempt_send_user_signal
@@ -138,23 +95,6 @@ EOF
     # a changed config only takes effect after our own daemons restart
     stop_daemon "$PIDS/slurmd.pid" slurmd
     stop_daemon "$PIDS/slurmctld.pid" slurmctld
-}
-
-write_slurmdbd_conf() {
-    (umask 077; cat >/etc/slurm/slurmdbd.conf <<EOF
-AuthType=auth/munge
-DbdHost=localhost
-DbdAddr=127.0.0.1
-SlurmUser=root
-PidFile=$PIDS/slurmdbd.pid
-LogFile=$LOGS/slurmdbd.log
-StorageType=accounting_storage/mysql
-StorageHost=localhost
-StorageUser=slurm
-StoragePass=$DB_PASSWORD
-StorageLoc=slurm_acct_db
-EOF
-    )
 }
 
 munge_works() { munge -n </dev/null | unmunge >/dev/null; }
@@ -227,22 +167,6 @@ start_slurm() {
     say "cluster up: node $HOST $state, partitions: $(sinfo -h -o %P | tr '\n' ' ')"
 }
 
-# stop_daemon PIDFILE COMM: SIGTERM our daemon, wait up to 10 s, then SIGKILL
-stop_daemon() {
-    local pid i
-    if running "$1" "$2"; then
-        pid=$(cat "$1")
-        kill -TERM "$pid" 2>/dev/null || true
-        for i in $(seq 50); do [ -d "/proc/$pid" ] || break; sleep 0.2; done
-        if [ -d "/proc/$pid" ]; then
-            say "$2 ($pid) ignored SIGTERM; SIGKILL"
-            kill -KILL "$pid" 2>/dev/null || true
-        fi
-        say "stopped $2 ($pid)"
-    fi
-    rm -f "$1"
-}
-
 cancel_our_jobs() {
     running "$PIDS/slurmctld.pid" slurmctld || return 0
     local ids i
@@ -257,7 +181,7 @@ cmd_start() {
     mkdir -p "$PIDS" "$LOGS" "$DIR/slurmctld" "$DIR/slurmd"
     install_packages
     write_slurm_conf
-    write_slurmdbd_conf
+    write_slurmdbd_conf /etc/slurm/slurmdbd.conf "$PIDS/slurmdbd.pid" "$LOGS/slurmdbd.log"
     start_munge
     start_mariadb
     start_slurmdbd

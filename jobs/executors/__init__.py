@@ -5,14 +5,13 @@ ledger state) and `state`. `slots` says how many runs the executor trains at onc
 scheduler queues them, as Slurm does). Backends are looked up by name in `EXECUTORS` and imported
 only when chosen, so `local` never pulls in submitit or Ray.
 
-Every backend runs `run_exclusive(run_dir)`: it takes the run's lock (`fcntl.flock` on
-`<run_dir>/.lock`, non-blocking), counts the attempt in status.json and calls
+Every backend runs `run_exclusive(run_dir)`: it takes the run's lock (`jobs.runlock`, the one
+lock `jobs.train` and `jobs.evaluate` take too; non-blocking), counts the attempt in status.json and calls
 `jobs.pipeline.execute_run`. The kernel drops a flock when its holder dies, so a killed launcher
 or worker never leaves a stale lock, and two launchers can never train one run at the same time.
 """
 from __future__ import annotations
 
-import fcntl
 import importlib
 import inspect
 import os
@@ -20,8 +19,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from jobs import runfiles
+from jobs.runlock import LOCK_FILE, RunLock, lock_held  # noqa: F401 - re-exported
 
-LOCK_FILE = ".lock"
 BUSY = "busy"  # result of a run whose lock another live process holds
 FINAL_STATES = ("done", "failed", "preempted", BUSY)
 # The callable every backend runs; AOSCALE_PIPELINE=module:function substitutes another pipeline.
@@ -75,42 +74,6 @@ def resolve(ref: str) -> Any:
     """The object named by `module:attribute`."""
     module_name, _, attr = ref.partition(":")
     return getattr(importlib.import_module(module_name), attr)
-
-
-class RunLock:
-    """An exclusive, non-blocking flock on `<run_dir>/.lock`, held until `release()` or death."""
-
-    def __init__(self, run_dir: str | Path) -> None:
-        self.path = Path(run_dir) / LOCK_FILE
-        self._fd: int | None = None
-
-    def acquire(self) -> bool:
-        """Take the lock if nobody holds it; False when another open file holds it."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        self._fd = fd
-        return True
-
-    def release(self) -> None:
-        """Drop the lock (closing the descriptor releases the flock)."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-def lock_held(run_dir: str | Path) -> bool:
-    """Whether some live process (this one included, through another descriptor) holds the run."""
-    if not (Path(run_dir) / LOCK_FILE).exists():
-        return False
-    probe = RunLock(run_dir)
-    if probe.acquire():
-        probe.release()
-        return False
-    return True
 
 
 def one_line(error: BaseException) -> str:

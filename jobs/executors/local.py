@@ -21,10 +21,10 @@ from pathlib import Path
 
 from jobs import runfiles
 from jobs.executors import BUSY, FINAL_STATES, failure_count, lock_held, record_crash, run_exclusive
+from jobs.runlock import EXIT_BUSY
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER_LOG = "worker.log"
-EXIT_BUSY = 75  # EX_TEMPFAIL (sysexits.h): another process holds the run; try again later
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 POLL_S = 0.2
 

@@ -14,7 +14,14 @@ the run checkpoint (nothing is copied into Tune's storage). Hence:
   finished run returns "done" at once and is never retrained.
 
 Tune's storage lives in `<study>/ray/` (on a multi-node cluster the study directory must be on
-shared storage). Without `address` a local Ray is started (and shut down afterwards).
+shared storage). Without `address` a local Ray is started (and shut down afterwards); with one
+(`auto` for the cluster `ray start` left on this machine, or `host:port`) the driver joins it with
+a `runtime_env`: the aoscale checkout as working directory (so workers on other nodes import this
+code, not whatever their Python has installed) and the environment variables aoscale reads.
+
+A trial is one training process. A trial asking for more than one GPU is refused before
+submission: Tune would reserve the GPUs and train on one (multi-GPU runs go through Slurm, where
+srun starts one DeepSpeed rank per GPU).
 """
 from __future__ import annotations
 
@@ -36,6 +43,12 @@ from jobs.executors import BUSY, PIPELINE, failure_count, record_crash, run_excl
 
 EXPERIMENT_FILE = "experiment.json"
 CONNECT_TIMEOUT_S = 3.0
+REPO = Path(__file__).resolve().parents[2]
+# Environment variables a trial inherits from the driver: what aoscale, torch and wandb read.
+FORWARDED_ENV_PREFIXES = ("AOSCALE_", "WANDB_", "HF_", "OMP_NUM_THREADS", "TOKENIZERS_PARALLELISM",
+                          "TORCH_EXTENSIONS_DIR", "DS_ACCELERATOR")
+# Kept out of the uploaded working directory: history, outputs and caches.
+WORKING_DIR_EXCLUDES = [".git", "studies", "**/__pycache__", "*.egg-info", ".pytest_cache"]
 BUSY_WAIT_S = 600.0  # a trial whose run is still locked (an orphaned worker) waits this long
 BUSY_POLL_S = 1.0
 
@@ -49,12 +62,14 @@ class RayOptions:
     --max-concurrent-trials (0 = as many as resources allow).
     """
 
-    address: str = ""
+    address: str = ""  # "" = start a local Ray; "auto" = the cluster `ray start` runs here; host:port
     cpus_per_trial: float = 1.0
     gpus_per_trial: float = 0.0
     max_retries: int = 1
     num_cpus: int = 0
     max_concurrent: int = 0
+    working_dir: str = ""  # runtime_env working_dir when joining a cluster ("" = the aoscale checkout)
+    env: tuple[tuple[str, str], ...] = ()  # extra runtime_env variables (--ray-env KEY=VALUE)
 
 
 def validate_ray_options(opts: RayOptions) -> None:
@@ -68,8 +83,47 @@ def validate_ray_options(opts: RayOptions) -> None:
     for name, value in checks.items():
         if value < 0:
             raise ValueError(f"{name}: {value} must be >= 0; fix: pass a non-negative number")
+    if opts.gpus_per_trial > 1:
+        raise ValueError(f"gpus_per_trial: {opts.gpus_per_trial:g} GPUs for a trial that trains in one process "
+                         "would leave all but one idle; fix: --gpus-per-trial 1 (or less), or run multi-GPU "
+                         "runs with --backend slurm --gpus-per-node N")
+    if opts.working_dir and not Path(opts.working_dir).is_dir():
+        raise ValueError(f"ray_working_dir: {opts.working_dir} is not a directory; fix: pass the code folder")
     if opts.address:
-        check_reachable(opts.address)
+        check_reachable(resolve_address(opts.address))
+
+
+def resolve_address(address: str) -> str:
+    """`auto` -> the address of the Ray cluster running on this machine (as `ray.init("auto")`
+    finds it: `RAY_ADDRESS`, else the file `ray start` writes); other addresses unchanged."""
+    if address != "auto":
+        return address
+    if os.environ.get("RAY_ADDRESS", "auto") != "auto":
+        return os.environ["RAY_ADDRESS"]
+    current = Path(os.environ.get("RAY_TMPDIR", "/tmp")) / "ray" / "ray_current_cluster"
+    try:
+        return current.read_text().strip()
+    except OSError:
+        raise ValueError("ray_address: auto found no Ray cluster on this machine; fix: start one with "
+                         "`ray start --head` (or give host:port)") from None
+
+
+def parse_env(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """`--ray-env KEY=VALUE` items -> sorted pairs."""
+    pairs = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip().isidentifier():
+            raise ValueError(f"ray_env: {item!r} is not KEY=VALUE; fix: e.g. --ray-env HF_HOME=/shared/hf")
+        pairs[key.strip()] = value
+    return tuple(sorted(pairs.items()))
+
+
+def runtime_env(opts: RayOptions) -> dict[str, Any]:
+    """The runtime_env of a driver joining a cluster: code folder and environment variables."""
+    env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV_PREFIXES)}
+    env.update(dict(opts.env))
+    return {"working_dir": opts.working_dir or str(REPO), "excludes": WORKING_DIR_EXCLUDES, "env_vars": env}
 
 
 def ray_importable() -> bool:
@@ -104,8 +158,10 @@ def run_trial(config: dict[str, Any]) -> None:
     _set_torch_threads(threads)
     context = tune.get_context()
     status = runfiles.read_status(run_dir)
-    runfiles.write_status(run_dir, status.get("state", "pending"),
-                          job_id=f"ray:{context.get_trial_id()}", worker_pid=os.getpid())
+    import ray  # noqa: PLC0415
+
+    runfiles.write_status(run_dir, status.get("state", "pending"), job_id=f"ray:{context.get_trial_id()}",
+                          worker_pid=os.getpid(), node_id=ray.get_runtime_context().get_node_id())
     state = _run_when_free(run_dir, config.get("pipeline", PIPELINE))
     tune.report({"state": state, "step": int(runfiles.read_status(run_dir).get("step", 0))})
 
@@ -268,7 +324,7 @@ def _init_ray(opts: RayOptions) -> bool:
     if ray.is_initialized():
         return False
     if opts.address:
-        ray.init(address=opts.address, log_to_driver=False)
+        ray.init(address=opts.address, runtime_env=runtime_env(opts), log_to_driver=False)
     else:
         ray.init(num_cpus=opts.num_cpus or None, include_dashboard=False, log_to_driver=False)
     return True

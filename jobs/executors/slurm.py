@@ -23,9 +23,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -43,6 +45,9 @@ SLURM_CMD_TIMEOUT_S = 20
 JOBS_FILE = "jobs.json"
 MEM_PATTERN = re.compile(r"^[0-9]+[KMGT]?$")
 TIME_PATTERN = re.compile(r"^(?:(\d+)-)?(\d+):(\d{1,2})(?::(\d{1,2}))?$")
+# sbatch --mail-type values (sbatch(1)); several may be joined by commas
+MAIL_TYPES = ("NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND", "STAGE_OUT", "TIME_LIMIT",
+              "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS")
 
 # Slurm job states (sacct/squeue names) -> ledger states of status.json
 QUEUE_TO_LEDGER = {
@@ -60,7 +65,9 @@ class SlurmOptions:
 
     CLI flags (scaling.launch): --slurm-partition, --slurm-account, --slurm-qos, --slurm-time,
     --slurm-constraint, --nodes, --gpus-per-node, --cpus-per-task, --mem,
-    --slurm-array-parallelism, --slurm-additional key=value (repeatable).
+    --slurm-array-parallelism, --slurm-setup LINE (repeatable), --slurm-exclusive,
+    --slurm-signal-delay, --slurm-mail-type, --slurm-mail-user, --slurm-additional key=value
+    (repeatable).
     """
 
     partition: str = ""
@@ -73,6 +80,11 @@ class SlurmOptions:
     cpus_per_task: int = 1
     mem: str = ""
     array_parallelism: int = 64
+    setup: tuple[str, ...] = ()  # shell lines run before the task (module load, env activation)
+    exclusive: bool = False
+    signal_delay_s: int = SIGNAL_DELAY_S
+    mail_type: str = ""
+    mail_user: str = ""
     additional: tuple[tuple[str, str], ...] = ()
 
     @property
@@ -115,8 +127,9 @@ def slurm_partitions() -> list[str]:
     return [p.strip().rstrip("*") for p in proc.stdout.split() if p.strip()]
 
 
-def validate_slurm_options(opts: SlurmOptions) -> None:
-    """Check every option (and that the partition exists) before anything is written or submitted."""
+def validate_slurm_options(opts: SlurmOptions, check_partition: bool = True) -> None:
+    """Check every option (and, with `check_partition`, that the partition exists: this asks the
+    controller) before anything is written or submitted."""
     positive = {"nodes": opts.nodes, "cpus_per_task": opts.cpus_per_task, "slurm_time": opts.time_min,
                 "slurm_array_parallelism": opts.array_parallelism}
     for name, value in positive.items():
@@ -126,9 +139,27 @@ def validate_slurm_options(opts: SlurmOptions) -> None:
         raise ValueError(f"gpus_per_node: {opts.gpus_per_node} must be >= 0; fix: pass 0 for CPU-only or a GPU count")
     if opts.mem and not MEM_PATTERN.match(opts.mem):
         raise ValueError(f"mem: {opts.mem!r} is not a size; fix: e.g. --mem 16G")
+    _validate_notifications(opts)
+    if not check_partition:
+        return
     partitions = slurm_partitions()
     if opts.partition and opts.partition not in partitions:
         raise ValueError(f"slurm_partition: unknown partition {opts.partition!r}; fix: use one of {', '.join(partitions)}")
+
+
+def _validate_notifications(opts: SlurmOptions) -> None:
+    """Signal delay inside the time limit; mail types sbatch knows; setup lines of one line each."""
+    if not 1 <= opts.signal_delay_s < opts.time_min * 60:
+        raise ValueError(f"slurm_signal_delay: {opts.signal_delay_s} s must be >= 1 and below the time limit "
+                         f"({opts.time_min * 60} s); fix: pass seconds, e.g. --slurm-signal-delay 120")
+    bad = [t for t in opts.mail_type.split(",") if opts.mail_type and t.strip().upper() not in MAIL_TYPES]
+    if bad:
+        raise ValueError(f"slurm_mail_type: unknown type {bad[0]!r}; fix: use one or more of {', '.join(MAIL_TYPES)}")
+    if opts.mail_user and "@" not in opts.mail_user and not opts.mail_user.isidentifier():
+        raise ValueError(f"slurm_mail_user: {opts.mail_user!r} is not a user or address; fix: e.g. me@lab.org")
+    for line in opts.setup:
+        if not line.strip() or "\n" in line:
+            raise ValueError(f"slurm_setup: {line!r} must be one non-empty shell line; fix: repeat --slurm-setup per line")
 
 
 def _record_job_id(run_dir: str) -> None:
@@ -234,8 +265,8 @@ class SlurmHandle:
         """
         while not self.done():
             time.sleep(poll_s)
-        try:
-            return str(self.job.result())
+        try:  # results(): one per srun task (job.result() refuses multi-task jobs); rank 0's decides
+            return str(self.job.results()[0])
         except Exception as exc:  # noqa: BLE001 - submitit raises several types for a dead job
             self.error = (f"slurm job {self.job_id} ended {self.queue_state} without a result "
                           f"({type(exc).__name__}); log: {self.job.paths.stdout}")
@@ -305,17 +336,36 @@ def submitit_parameters(opts: SlurmOptions, job_name: str) -> dict[str, Any]:
     params: dict[str, Any] = {
         "job_name": f"aoscale-{job_name}"[:60], "time": opts.time_min, "nodes": opts.nodes,
         "ntasks_per_node": opts.tasks_per_node, "cpus_per_task": opts.cpus_per_task,
-        "array_parallelism": opts.array_parallelism, "signal_delay_s": SIGNAL_DELAY_S,
-        "stderr_to_stdout": True, "setup": [f"export PYTHONPATH={REPO}${{PYTHONPATH:+:$PYTHONPATH}}"],
+        "array_parallelism": opts.array_parallelism, "signal_delay_s": opts.signal_delay_s,
+        "stderr_to_stdout": True,
+        "setup": [*opts.setup, f"export PYTHONPATH={REPO}${{PYTHONPATH:+:$PYTHONPATH}}"],
     }
     if opts.gpus_per_node:
         params["gpus_per_node"] = opts.gpus_per_node
     named = {"partition": opts.partition, "account": opts.account, "qos": opts.qos,
-             "constraint": opts.constraint, "mem": opts.mem}
+             "constraint": opts.constraint, "mem": opts.mem, "exclusive": opts.exclusive,
+             "mail_type": opts.mail_type.upper(), "mail_user": opts.mail_user}
     params.update({k: v for k, v in named.items() if v})
     if opts.additional:
         params["additional_parameters"] = dict(opts.additional)
     return params
+
+
+def render_submission(opts: SlurmOptions, study_dir: Path, n_runs: int) -> str:
+    """What a launch would submit, without asking the controller: the array plan and the sbatch
+    script (submitit's own rendering, the folder shown as `<submission>`)."""
+    from submitit.slurm.slurm import _make_sbatch_string  # noqa: PLC0415 - submitit's renderer
+
+    folder = study_dir.absolute() / "logs" / "slurm" / "<submission>" / "%j"
+    command = f"{shlex.quote(sys.executable)} -u -m submitit.core._submit {shlex.quote(str(folder))}"
+    params = submitit_parameters(opts, study_dir.name)
+    script = _make_sbatch_string(command, folder, map_count=n_runs, **params) if n_runs else "(nothing to submit)"
+    gpus = f"{opts.gpus_per_node} GPU(s) per node, " if opts.gpus_per_node else ""
+    plan = (f"slurm: one job array of {n_runs} task(s) (runs not done), at most {min(n_runs, opts.array_parallelism)} "
+            f"at once; each task {opts.nodes} node(s) x {opts.tasks_per_node} srun task(s), {gpus}"
+            f"{opts.cpus_per_task} CPU(s) per task, {opts.time_min} min; requeued on preemption/USR2 "
+            f"{opts.signal_delay_s} s before the limit")
+    return f"{plan}\n--- sbatch script ---\n{script}"
 
 
 def _merge_json(path: Path, entries: dict[str, str]) -> None:

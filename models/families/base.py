@@ -95,7 +95,7 @@ class FamilyModel(nn.Module):
         self.wte = nn.Embedding(vocab_size + self.n_extra_tokens, shape.d_model)
         self.wpe = nn.Embedding(seq_len + 1, shape.d_model)  # slot 0 is the start slot's position
         self.head = None if options["tie_head"] else nn.Linear(shape.d_model, vocab_size, bias=True)
-        self._decode_head: tuple[torch.Tensor, torch.Tensor | None] | None = None  # see decode_layout
+        self._decode_head: tuple[torch.Tensor, torch.Tensor | None] | None = None  # see decoding
 
     def _init(self) -> None:
         if not _SKIP_INIT:
@@ -111,14 +111,14 @@ class FamilyModel(nn.Module):
         return F.linear(h, self.wte.weight[: self.vocab_size])
 
     @contextmanager
-    def decode_layout(self):
-        """Faster weights for decoding a few rows at a time on CPU, same values: the core's
-        Linear weights column-major (`Transformer.decode_layout`), and the head read from a
-        column-major copy (a tied head cannot change layout: embedding lookups gather its rows).
-        At V = 50257 the head's 8-row product takes 1.9 instead of 5.3 ms at d = 192."""
+    def decoding(self):
+        """Within the `with` block, KV-cached decoding steps: the core's (`Transformer.decoding`),
+        and on the CPU the head read from a column-major copy of its weight (same values; a tied
+        head cannot change layout: embedding lookups gather its rows). At V = 50257 the head's
+        8-row product takes 1.9 instead of 5.3 ms at d = 192."""
         head = self.head
         weight = self.wte.weight[: self.vocab_size] if head is None else head.weight
-        with self.core.decode_layout():
+        with self.core.decoding():
             if weight.device.type == "cpu":
                 with torch.no_grad():
                     self._decode_head = (column_major(weight), None if head is None else head.bias)

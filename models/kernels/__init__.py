@@ -1,6 +1,6 @@
 """Fused CPU kernels, built on first use: adaptive LayerNorm for training and evaluation
-(adaln.c, used by `models.modulation`) and the KV-cached decoding step (decode.c, used by
-`models.kernels.decoder`).
+(adaln.c) and the KV-cached decoding step (decode.c, `models.kernels.decoder`). `backend()`
+hands them to the core (`models.kernels.cpu_backend` says which passes they take over).
 
 The C source is compiled once per machine with the system C compiler (~1 s) into
 `cache_dir()`, under a name that hashes the source, the compiler and its flags. A build is
@@ -99,9 +99,21 @@ def available() -> bool:
     return _library() is not None
 
 
-def usable(*tensors: torch.Tensor) -> bool:
-    """The kernels apply: built, and every tensor is float32 on the CPU."""
-    return all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors) and available()
+@cache
+def backend():
+    """The core's kernel backend (`cpu_backend.CPUKernels`), or None where the kernels are not built
+    or are switched off (`AOSCALE_KERNELS=0`): the one place that chooses it."""
+    if not available():
+        return None
+    from .cpu_backend import CPUKernels
+
+    return CPUKernels()
+
+
+def plain_cpu_pass() -> bool:
+    """No autocast (its bf16 outputs would reach the float32 kernels) and no torch.compile
+    tracing (the kernels are opaque to it): a precondition of every kernel pass."""
+    return not torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling()
 
 
 def _affine(weight, bias, like):
@@ -116,7 +128,7 @@ def _address(t: torch.Tensor | None) -> int | None:
 
 def modulated_norm(x, index, scale, shift, weight=None, bias=None, eps=1e-5, center=True):
     """h = (norm(x)·weight + bias)·scale[index] + shift[index] for x [..., d], `index` (int64,
-    one per row of x, each in [0, P): the caller checks, see `Modulation`) into contiguous
+    one per row of x, each in [0, P): the caller checks, see `cpu_backend._flat_chunks`) into contiguous
     tables [P, d]; LayerNorm when `center`, else RMSNorm."""
     return _apply(x, None, index, None, scale, shift, weight, bias, eps, center)
 

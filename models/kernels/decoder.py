@@ -1,9 +1,8 @@
 """`Decoder`: the core's KV-cached decoding step as one call into decode.c.
 
-`Transformer.decode_layout` builds one for CPU float32 cores whose weights it holds
-column-major; within that block, a forward pass with a cache, without autograd and without
-per-block additive inputs, runs here instead of through the modules (same maths; the tests
-compare its logits with full recomputation).
+`Transformer.decoding()` builds one through the backend (`CPUKernels.decoder`) for CPU float32
+cores; within that block, each cached pass that `Decoder.covers` runs here instead of through
+the modules (same maths; the tests compare its logits with full recomputation).
 """
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ from functools import cache
 import torch
 from torch import nn
 
-from . import _address, _library
-
+from . import _address, _library, plain_cpu_pass
 
 
 class _Block(ctypes.Structure):
@@ -48,14 +46,6 @@ def pack_panels(weight: torch.Tensor) -> torch.Tensor:
     return padded.view(-1, lanes, n_in).transpose(1, 2).contiguous()
 
 
-def supported(core) -> bool:
-    """The kernel covers this core: CPU float32 weights, norms that share one eps (decode.c
-    takes one), and kernels built."""
-    on_cpu = all(p.device.type == "cpu" and p.dtype == torch.float32 for p in core.parameters())
-    norms = [m for m in core.modules() if isinstance(m, (nn.LayerNorm, nn.RMSNorm))]
-    return on_cpu and len({m.eps for m in norms}) == 1 and _library() is not None
-
-
 class Decoder:
     """Decoding steps of one core (weights fixed while it lives: build it inside the layout)."""
 
@@ -68,6 +58,19 @@ class Decoder:
         eps = core.norm.eps
         self.eps = eps if eps is not None else torch.finfo(torch.float32).eps
         self.center = isinstance(core.norm, nn.LayerNorm)
+
+    def covers(self, x, cond, tables, index, adds, attn_mask, is_causal) -> bool:
+        """A step decode.c computes: float32 CPU rows outside autograd, autocast and compile, no
+        per-block adds, an explicit mask [new rows, keys] shared by the batch (or none), and
+        adaLN (if any) from one packed table [6·L + 2, P, d] of float32 rows with an index."""
+        if torch.is_grad_enabled() or adds is not None or is_causal or not plain_cpu_pass():
+            return False
+        if x.dtype != torch.float32 or x.device.type != "cpu" or (attn_mask is not None and attn_mask.dim() != 2):
+            return False
+        if tables is None:
+            return cond is None
+        return (index is not None and len(tables) == 1 and tables[0].shape[0] == 6 * self.n_layer + 2
+                and tables[0].dtype == torch.float32 and tables[0].device.type == "cpu")
 
     def _weight(self, linear: nn.Linear) -> int:
         with torch.no_grad():

@@ -57,16 +57,21 @@ def running_at(run_dir: Path, step: int) -> Callable[[], bool]:
     return lambda: status(run_dir).get("state") == "running" and int(status(run_dir).get("step", 0)) >= step
 
 
-def reference_curve(study_dir: Path, spec: RunSpec) -> list[tuple[str, int, float]]:
-    """The uninterrupted curve of `spec`, trained here with the jobs' single thread."""
+def train_here(run_dir: Path, spec: RunSpec) -> None:
+    """Train `spec` to the end in this process with one torch thread, as the jobs do."""
     import torch  # noqa: PLC0415
     from jobs.train import train  # noqa: PLC0415
 
-    run_dir = make_run(study_dir, spec)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         assert train(run_dir, spec) == "done"
     finally:
         torch.set_num_threads(threads)
+
+
+def reference_curve(study_dir: Path, spec: RunSpec) -> list[tuple[str, int, float]]:
+    """The uninterrupted curve of `spec`, trained here with the jobs' single thread."""
+    run_dir = make_run(study_dir, spec)
+    train_here(run_dir, spec)
     return curve(run_dir)

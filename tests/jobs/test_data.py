@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from jobs import data
+from jobs import data, tokencache
 
 def test_shakespeare_split_is_by_play_and_large(cache_dir):
     train = data.load_documents("shakespeare", "train")
@@ -36,23 +36,27 @@ def test_markdown_play_to_text_rules():
         "Enter ONE\n\nONE:\nLine one,\nline two--done.\n\n[Aside]\nExit.\n")
 
 
-def test_local_txt_is_split_by_characters_at_a_line(tmp_path):
-    lines = [f"line {i}" for i in range(100)]
+def test_local_txt_paragraphs_are_documents_and_the_held_out_rule_splits_them(tmp_path, cache_dir):
+    paragraphs = [f"paragraph {i}\nsecond line {i}" for i in range(100)]
     path = tmp_path / "notes.txt"
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text("\n\n".join(paragraphs))
     train, validation = (data.load_documents(str(path), split) for split in data.SPLITS)
-    assert train[0] + validation[0] == path.read_text()
-    assert validation[0] == "\n".join(lines[95:]) + "\n"
+    p = tokencache.held_out_p(100)
+    assert p == 0.5  # 1,000 documents wanted, at most half the corpus
+    assert sorted(train + validation) == sorted(paragraphs)
+    assert validation == [d for d in paragraphs if tokencache.is_held_out(d, p)]
+    assert 30 < len(validation) < 70
 
 
-def test_local_jsonl_folder_tail_documents_are_validation(tmp_path):
-    for part in range(2):
-        rows = [json.dumps({"text": f"doc {part}-{i}"}) for i in range(20)]
-        (tmp_path / f"part{part}.jsonl").write_text("\n".join(rows) + "\n")
-    train = data.load_documents(str(tmp_path), "train")
-    validation = data.load_documents(str(tmp_path), "validation")
-    assert validation == ["doc 1-18", "doc 1-19"]  # ceil(5 % of 40) = 2, files sorted by name
-    assert len(train) == 38 and train[0] == "doc 0-0"
+def test_local_jsonl_folder_with_a_validation_file_uses_it(tmp_path, cache_dir):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for split in ("train", "validation", "test"):
+        rows = [json.dumps({"text": f"{split} doc {i}"}) for i in range(20)]
+        (folder / f"{split}.jsonl").write_text("\n".join(rows) + "\n")
+    assert data.load_documents(str(folder), "validation") == [f"validation doc {i}" for i in range(20)]
+    assert data.load_documents(str(folder), "train") == [f"train doc {i}" for i in range(20)]
+    assert data.token_cache(str(folder), "bytes")["validation"] == {"source": "validation split"}
 
 
 @pytest.mark.parametrize("corpus", ["missing/corpus.txt", "./nope", "~/no/such/dir", ""])
@@ -80,7 +84,7 @@ def _jsonl_corpus(tmp_path, n_docs: int = 40):
 
 
 def test_token_array_joins_documents_with_eot(tmp_path, cache_dir):
-    path = _jsonl_corpus(tmp_path, n_docs=600)  # more than one encode batch of 256 documents
+    path = _jsonl_corpus(tmp_path, n_docs=600)
     enc = data.get_encoding("gpt2")
     tokens = data.token_array(str(path), "gpt2", "train")
     expected = []
@@ -88,7 +92,7 @@ def test_token_array_joins_documents_with_eot(tmp_path, cache_dir):
         expected += ([] if index == 0 else [enc.eot_token]) + enc.encode_ordinary(document)
     assert tokens.dtype == np.uint16
     assert tokens.tolist() == expected
-    assert data.token_path(str(path), "gpt2", "train").parent == cache_dir / "tokens"
+    assert data.token_path(str(path), "gpt2", "train").parent.parent == cache_dir / "tokens"
 
 
 def test_token_array_is_written_once(tmp_path, cache_dir, monkeypatch):
@@ -99,16 +103,17 @@ def test_token_array_is_written_once(tmp_path, cache_dir, monkeypatch):
     def refuse(*args):
         raise AssertionError("corpus re-read although cached")
 
-    monkeypatch.setattr(data, "load_documents", refuse)
+    monkeypatch.setattr(data, "corpus_sources", refuse)
     second = data.token_array(str(path), "bytes", "validation")
     again = data.token_path(str(path), "bytes", "validation").stat()
     assert (again.st_ino, again.st_mtime_ns) == (stat.st_ino, stat.st_mtime_ns)
     assert np.array_equal(first, second)
 
 
-def test_cache_key_follows_file_contents(tmp_path, cache_dir):
+def test_cache_key_follows_file_contents_and_text_field(tmp_path, cache_dir):
     path = _jsonl_corpus(tmp_path)
     before = data.token_path(str(path), "gpt2", "train")
+    assert data.token_path(str(path), "gpt2", "train", text_field="body") != before
     path.write_text(path.read_text() + json.dumps({"text": "one more"}) + "\n")
     after = data.token_path(str(path), "gpt2", "train")
     assert after != before and data.token_path(str(path), "gpt2", "validation") != after
@@ -116,12 +121,9 @@ def test_cache_key_follows_file_contents(tmp_path, cache_dir):
 
 def test_corpus_hash_is_sha256_of_tokens(tmp_path, cache_dir):
     path = _jsonl_corpus(tmp_path)
-    tokens = data.token_array(str(path), "gpt2", "train")
-    assert data.corpus_hash(str(path), "gpt2", "train") == hashlib.sha256(tokens.tobytes()).hexdigest()
-    sidecar = data.token_path(str(path), "gpt2", "train").with_suffix(".bin.sha256")
-    assert sidecar.read_text() == hashlib.sha256(tokens.tobytes()).hexdigest()
-    sidecar.write_text("recorded")  # the second call reads the record instead of rehashing
-    assert data.corpus_hash(str(path), "gpt2", "train") == "recorded"
+    for split in data.SPLITS:
+        tokens = data.token_array(str(path), "gpt2", split)
+        assert data.corpus_hash(str(path), "gpt2", split) == hashlib.sha256(tokens.tobytes()).hexdigest()
 
 
 def _tokenise_in_child(corpus: str, cache: str, queue) -> None:
@@ -145,8 +147,10 @@ def test_concurrent_writers_agree_and_leave_no_temp_files(tmp_path, cache_dir):
         assert worker.exitcode == 0
     expected = data.token_array(str(path), "gpt2", "train").tolist()
     assert results[0] == results[1] == results[2] == expected
-    final_name = data.token_path(str(path), "gpt2", "train").name
-    assert [p.name for p in (cache_dir / "tokens").iterdir()] == [final_name]
+    folder = data.cache_folder(str(path), "gpt2")
+    assert [p.name for p in (cache_dir / "tokens").iterdir()] == [folder.name]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "build.lock", "manifest.json", "train.bin", "validation.bin"]
 
 
 def test_atomic_write_leaves_nothing_on_failure(tmp_path):

@@ -14,7 +14,7 @@ from jobs import checkpoint as ckpt
 from jobs.runfiles import read_metrics, read_status
 from jobs.spec import RunSpec
 from jobs.train import train
-from models import modulation
+from models.kernels import cpu_backend
 
 pytest.importorskip("deepspeed")
 pytestmark = pytest.mark.slow
@@ -105,7 +105,7 @@ def test_zero3_partitioned_adaln_projections_through_the_fused_kernels_match_tor
     module's forward, and the losses equal the torch engine's."""
     spec = RunSpec(family="aogpt", size="3M", steps=3, lr=1e-3, warmup_steps=1, seq_len=128, batch_size=8,
                    micro_batch_size=2, eval_batches=1, log_every=1, engine="deepspeed", zero_stage=3)
-    assert 6 * 192 * 128 > 100_000 and 2 * spec.seq_len >= modulation.FUSED_MIN_ROWS
+    assert 6 * 192 * 128 > 100_000 and 2 * spec.seq_len >= cpu_backend.FUSED_MIN_ROWS
     reference = tmp_path / "torch"
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

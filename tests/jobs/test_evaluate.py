@@ -56,6 +56,7 @@ def test_quick_suite_rows_per_family(runs):
         assert (run_dir / "eval.parquet").exists()
         assert list(frame.columns)[:len(CONTRACT_SCHEMA)] == list(CONTRACT_SCHEMA)
         assert frame["value"].is_finite().all() and frame["step"].to_list() == [6] * len(frame)
+        assert set(frame["device"]) == {"cpu"} and set(frame["precision"]) == {"fp32"}  # the run's device here
         nll = frame.filter(pl.col("metric") == "nll_l2r")["value"][0]
         assert 0 < nll < math.log(257) + 0.5
     ens = pl.read_parquet(runs["aogpt"] / "eval.parquet").filter(pl.col("metric") == "nll_ensemble")

@@ -94,6 +94,17 @@ def test_unreachable_address_is_refused():
         validate_ray_options(RayOptions(cpus_per_trial=0))
 
 
+def test_a_driver_joining_a_cluster_ships_this_checkout_and_the_environment(monkeypatch):
+    from jobs.executors.ray_tune import parse_env, runtime_env
+
+    monkeypatch.setenv("AOSCALE_CACHE", "/shared/cache")
+    monkeypatch.setenv("UNRELATED_SECRET", "x")
+    env = runtime_env(RayOptions(address="auto", env=parse_env(["HF_HOME=/shared/hf", "EMPTY="])))
+    assert env["working_dir"] == str(REPO) and ".git" in env["excludes"]
+    assert env["env_vars"]["AOSCALE_CACHE"] == "/shared/cache" and env["env_vars"]["HF_HOME"] == "/shared/hf"
+    assert env["env_vars"]["EMPTY"] == "" and "UNRELATED_SECRET" not in env["env_vars"]
+
+
 def test_missing_ray_is_refused():
     """Without site-packages (python -S) Ray is not importable: validation says so."""
     code = ("import sys; sys.path.insert(0, sys.argv[1]);"

@@ -20,7 +20,7 @@ def test_add_one_smoothing_by_hand():
 def test_unigram_nll_on_a_small_corpus_equals_a_hand_computation(tmp_path, monkeypatch):
     monkeypatch.setenv("AOSCALE_CACHE", str(tmp_path / "cache"))
     corpus = tmp_path / "tiny.txt"
-    corpus.write_text("abracadabra\n" * 40 + "the tail is validation text\n")
+    corpus.write_text("\n\n".join(f"abracadabra {i}" for i in range(40)))  # 40 paragraphs: documents
     train = [int(t) for t in data.token_array(str(corpus), "bytes", "train")]
     chunks = torch.tensor([[ord(c) for c in "cab dab"], [ord(c) for c in "zzzzzzz"]])
     counts, n, vocab = Counter(train), len(train), 257

@@ -93,11 +93,19 @@ def test_loss_is_finite_scalar_and_reproducible(family, options):
 
 
 def test_param_groups_add_up_and_name_the_conditioning():
+    n_layer, d, c = 3, 96, 128  # the 0.3M shape; AO-GPT's conditioning width
+    core = n_layer * (12 * d * d + 13 * d) + 2 * d  # per block qkv, proj, fc, proj + biases, 2 norms; final norm
+    embedding = {"ar": (V + L + 2) * d, "aogpt": (V + L + 2) * d, "sigma_gpt": (V + L + 2) * d,
+                 "mdm": (V + 1 + L + 1) * d}  # tokens (+ mask), positions + start slot (+ its vector)
+    adaln = L * c + n_layer * (6 * d * c + 6 * d) + 2 * d * c + 2 * d  # target table, Linear(c, 6d) per block, final
+    target_cond = {"ar": 0, "aogpt": adaln, "sigma_gpt": L * d, "mdm": 0}
     for family in FAMILIES:
         counts = build_model(family, "0.3M", vocab_size=V, seq_len=L).count_params()
+        assert (counts["core"], counts["embedding"], counts["target_cond"]) == (core, embedding[family],
+                                                                               target_cond[family]), family
         groups = counts["embedding"] + counts["core"] + counts["target_cond"] + counts["time_cond"] + counts["head"]
-        assert groups == counts["total"]
-        assert counts["non_embedding"] == counts["total"] - counts["embedding"]
+        assert groups == counts["total"] == sum(p.numel() for p in build_model(family, "0.3M", vocab_size=V,
+                                                                                seq_len=L).parameters())
     ao = build_model("aogpt", "0.3M", vocab_size=V, seq_len=L, tie_head=False).count_params()
     ar = build_model("ar", "0.3M", vocab_size=V, seq_len=L).count_params()
     assert ao["core"] == ar["core"] and ao["target_cond"] > 0 and ao["head"] == 96 * V + V

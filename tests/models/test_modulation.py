@@ -1,5 +1,5 @@
 """adaLN modulation: the fused CPU kernels and the eager row operations against the plain
-tensor expressions they replace, in value and gradient, and in whole models."""
+tensor expressions they replace, in value and gradient (whole models: test_kernel_seam.py)."""
 import os
 import subprocess
 import sys
@@ -77,27 +77,6 @@ def test_residual_norm_kernel_matches_the_plain_expression(center, stream_used, 
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-5), (a - b).abs().max()
 
 
-@pytest.mark.skipif(not kernels.available(), reason="no C compiler: the eager path is tested instead")
-@pytest.mark.parametrize("family, options", [("aogpt", {}), ("aogpt", {"norm": "rmsnorm"}), ("mdm", {"loss": "sedd"})])
-def test_models_give_the_same_loss_and_gradients_with_and_without_the_kernels(family, options, monkeypatch):
-    model = build_model(family, "0.1M", vocab_size=11, seq_len=16, **options)
-    tokens = torch.randint(0, 11, (16, 16), generator=torch.Generator().manual_seed(2))  # 256 rows: fused
-    assert tokens.numel() >= modulation.FUSED_MIN_ROWS
-
-    def loss_and_grads():
-        loss = model.loss(tokens, torch.Generator().manual_seed(3))
-        return loss, torch.autograd.grad(loss, list(model.parameters()), allow_unused=True)
-
-    fused_loss, fused = loss_and_grads()
-    monkeypatch.setattr(modulation.kernels, "usable", lambda *tensors: False)
-    eager_loss, eager = loss_and_grads()
-    assert torch.allclose(fused_loss, eager_loss, rtol=1e-6, atol=0)
-    for a, b in zip(fused, eager):
-        assert (a is None) == (b is None)
-        if a is not None:
-            assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
-
-
 def test_chunk_projection_equals_the_linear_split_into_chunks_with_one_added_to_scales():
     projection = ChunkProjection(5, 6, 4)
     c = torch.randn(2, 3, 5)
@@ -172,13 +151,14 @@ def test_mul_add_equals_addcmul_in_value_and_gradient(shapes):
 
 @pytest.mark.skipif(not kernels.available(), reason="no C compiler")
 def test_positions_outside_the_tables_are_refused_before_the_kernels_read_them():
-    tables = [torch.randn(6, P, D)]
-    x = torch.randn(16, 16, D)  # 256 rows: the fused path
+    model = build_model("aogpt", "0.1M", vocab_size=11, seq_len=16)
+    x = torch.randn(16, 16, model.shape.d_model)  # 256 rows: the kernels' pass
     index = torch.zeros(16, 16, dtype=torch.long)
-    assert modulation.Modulation(tables, index, x).fused
-    index[3, 5] = P
-    with pytest.raises(ValueError, match="^cond_index"):
-        modulation.Modulation(tables, index, x)
+    with torch.no_grad():
+        model.core(x, cond=model.tpe[0].weight, cond_index=index)
+        index[3, 5] = 16
+        with pytest.raises(ValueError, match="^cond_index"):
+            model.core(x, cond=model.tpe[0].weight, cond_index=index)
 
 
 @pytest.mark.skipif(not kernels.available(), reason="no C compiler")

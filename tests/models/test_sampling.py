@@ -142,24 +142,22 @@ def test_inverse_cdf_draws_follow_unnormalised_probabilities_and_skip_zeros():
 
 
 @pytest.mark.parametrize("tie_head", [True, False])
-def test_decode_layout_holds_weights_column_major_and_restores_them(tie_head):
+def test_decoding_reads_the_head_column_major_and_leaves_the_weights_alone(tie_head):
     model = _model("ar", tie_head=tie_head)
-    linears = [m for m in model.core.blocks.modules() if isinstance(m, torch.nn.Linear)]
-    before = [(m.weight.data_ptr(), m.weight.detach().clone()) for m in linears]
+    before = {name: (p.data_ptr(), p.detach().clone()) for name, p in model.named_parameters()}
     h = torch.randn(2, 3, model.shape.d_model)
     with torch.no_grad():
         logits = model.logits_from_hidden(h)
     with pytest.raises(RuntimeError, match="inside"):
-        with model.decode_layout(), torch.no_grad():
-            for m, (_, value) in zip(linears, before):
-                assert m.weight.stride() == (1, m.weight.shape[0]) and torch.equal(m.weight, value)
+        with model.decoding(), torch.no_grad():
             head = model._decode_head[0]
             assert head.stride() == (1, V) and model.wte.weight.is_contiguous()  # lookups stay row-major
             assert (model.logits_from_hidden(h) - logits).abs().max() <= 1e-6
             raise RuntimeError("inside")
-    for m, (ptr, value) in zip(linears, before):
-        assert m.weight.data_ptr() == ptr and m.weight.is_contiguous() and torch.equal(m.weight, value)
-    assert model._decode_head is None
+    for name, p in model.named_parameters():
+        ptr, value = before[name]
+        assert p.data_ptr() == ptr and p.is_contiguous() and torch.equal(p, value), name
+    assert model._decode_head is None and model.core._decoder is None
 
 
 @pytest.mark.parametrize("sampler", ["ancestral", "analytic", "euler"])
@@ -235,7 +233,7 @@ def test_decoding_with_per_block_inputs_stays_eager_and_exact():
 def test_the_decoding_kernel_refuses_a_mask_or_positions_it_cannot_read():
     model = _model("aogpt")
     cache, x = KVCache(model.shape.n_layer), torch.randn(2, 3, model.shape.d_model)
-    with torch.no_grad(), model.decode_layout():
+    with torch.no_grad(), model.decoding():
         decoder, tables = model.core._decoder, model.modulation_tables()[0]
         targets = torch.zeros(2, 3, dtype=torch.long)
         with pytest.raises(ValueError, match="^attn_mask"):

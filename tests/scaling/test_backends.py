@@ -50,9 +50,14 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str]:
     (["--backend", "slurm", "--slurm-additional", "exclusive"], "slurm_additional: 'exclusive' is not key=value"),
     (["--backend", "slurm", "--nodes", "2", "--gpus-per-node", "4", "--engine", "torch"], "engine: torch"),
     (["--backend", "slurm", "--nodes", "two"], "argument --nodes: 'two' is not an integer"),
+    (["--backend", "slurm", "--slurm-mail-type", "END,LUNCH"], "slurm_mail_type: unknown type 'LUNCH'"),
+    (["--backend", "slurm", "--slurm-time", "5", "--slurm-signal-delay", "300"], "slurm_signal_delay: 300 s"),
+    (["--backend", "slurm", "--slurm-setup", " "], "slurm_setup: ' ' must be one non-empty shell line"),
     (["--backend", "ray", "--ray-address", "127.0.0.1:1"], "ray_address: cannot reach 127.0.0.1:1"),
     (["--backend", "ray", "--ray-address", "nowhere"], "ray_address: 'nowhere' is not host:port"),
     (["--backend", "ray", "--cpus-per-trial", "0"], "cpus_per_trial: 0.0 must be > 0"),
+    (["--backend", "ray", "--gpus-per-trial", "8"], "gpus_per_trial: 8 GPUs for a trial that trains in one process"),
+    (["--backend", "ray", "--ray-env", "NOVALUE"], "ray_env: 'NOVALUE' is not KEY=VALUE"),
     (["--backend", "ray", "--max-concurrent-trials", "-1"], "max_concurrent_trials: -1 must be >= 0"),
     (["--backend", "ray", "--wait"], "wait: --backend ray always waits"),
     (["--slurm-partition", "debug"], "slurm-partition: only used with --backend slurm"),
@@ -67,6 +72,28 @@ def test_bad_backend_flags_exit_2_with_one_line_and_create_nothing(argv, start, 
     assert list(tmp_path.iterdir()) == []
 
 
+SLURM_HABITS = ["--slurm-partition", "gpu", "--nodes", "2", "--gpus-per-node", "8", "--slurm-time", "2:00:00",
+                "--slurm-setup", "module load cuda/12.4", "--slurm-setup", "source ~/venv/bin/activate",
+                "--slurm-exclusive", "--slurm-signal-delay", "300", "--slurm-mail-type", "end,fail",
+                "--slurm-mail-user", "me@lab.org"]
+
+
+def test_slurm_dry_run_renders_the_script_and_array_plan_without_a_controller(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-slurm-here"))  # no sinfo, sbatch, squeue
+    assert launch.main(["--backend", "slurm", *SLURM_HABITS, "--study-dir", "study", "--dry-run", *TINY]) == 0
+    out = capsys.readouterr().out
+    assert "slurm: one job array of 2 task(s) (runs not done), at most 2 at once; each task 2 node(s) x 8 srun task(s)" in out
+    flags = [line for line in out.splitlines() if line.startswith("#SBATCH")]
+    for flag in ("--array=0-1%2", "--exclusive", "--mail-type=END,FAIL", "--mail-user=me@lab.org", "--nodes=2",
+                 "--ntasks-per-node=8", "--gpus-per-node=8", "--partition=gpu", "--signal=USR2@300", "--time=120"):
+        assert f"#SBATCH {flag}" in flags, flag
+    setup = out.split("# setup\n", 1)[1].splitlines()
+    assert setup[:2] == ["module load cuda/12.4", "source ~/venv/bin/activate"]  # before aoscale's own line
+    assert "srun --unbuffered" in out
+    assert list(tmp_path.iterdir()) == []
+
+
 @cluster
 def test_unknown_partition_is_refused_naming_the_valid_ones(tmp_path, capsys):
     code, err = run_cli(["--backend", "slurm", "--slurm-partition", "nope", "--study-dir", str(tmp_path / "s"),
@@ -74,6 +101,16 @@ def test_unknown_partition_is_refused_naming_the_valid_ones(tmp_path, capsys):
     assert code == 2 and err.count("\n") == 1
     assert err.startswith("launch: slurm_partition: unknown partition 'nope'; fix: use one of debug")
     assert not (tmp_path / "s").exists()
+
+
+def test_ray_address_auto_without_a_cluster_exits_2_naming_the_fix(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "no-ray"))
+    code, err = run_cli(["--backend", "ray", "--ray-address", "auto", *TINY], capsys)
+    assert code == 2 and err == ("launch: ray_address: auto found no Ray cluster on this machine; fix: start one "
+                                 "with `ray start --head` (or give host:port)\n")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_ray_backend_without_ray_exits_2(tmp_path):

@@ -2,7 +2,6 @@
 launchers, retries, locks across processes, and the quickstart end to end with its report."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -17,8 +16,6 @@ from jobs.executors import BUSY, RunLock, lock_held, run_exclusive
 from scaling import ledger, status
 
 REPO = Path(__file__).resolve().parents[2]
-HAVE_PIPELINE = bool(os.environ.get("AOSCALE_PIPELINE")) or importlib.util.find_spec("jobs.pipeline") is not None
-needs_pipeline = pytest.mark.skipif(not HAVE_PIPELINE, reason="jobs.pipeline not present yet")
 SMALL = ["--sizes", "0.1M", "--families", "ar,mdm", "--seeds", "2", "--seq-len", "32", "--no-progress", "--no-report"]
 TIMEOUT_S = 600
 
@@ -51,7 +48,6 @@ def wait_for(predicate, timeout_s: float = TIMEOUT_S) -> None:
         time.sleep(0.1)
 
 
-@needs_pipeline
 def test_relaunch_after_sigkill_finishes_with_no_run_trained_twice(tmp_path):
     study = tmp_path / "study"
     first = launcher(study, *SMALL, "--max-steps", "40", "--max-parallel", "1")
@@ -74,7 +70,6 @@ def test_relaunch_after_sigkill_finishes_with_no_run_trained_twice(tmp_path):
     assert status.main([str(study)]) == 0
 
 
-@needs_pipeline
 def test_two_concurrent_launches_train_every_run_exactly_once(tmp_path):
     study = tmp_path / "study"
     a = launcher(study, *SMALL, "--max-steps", "6", "--max-parallel", "1")
@@ -88,26 +83,26 @@ def test_two_concurrent_launches_train_every_run_exactly_once(tmp_path):
         assert view.attempts == 1 and len(starts(ledger.run_dir(study, run_id))) == 1, run_id
 
 
-@needs_pipeline
-def test_failed_runs_are_retried_then_left_failed_with_their_reason(tmp_path, capsys):
+def test_failed_runs_are_retried_then_left_failed_with_their_reason(tmp_path, capsys, monkeypatch):
     from scaling import launch
+    from tests.scaling.failing_pipeline import REASON
+    monkeypatch.setenv("AOSCALE_PIPELINE", "tests.scaling.failing_pipeline:run")  # read by the workers
     study = tmp_path / "study"
     argv = ["--study-dir", str(study), "--sizes", "0.1M", "--families", "ar", "--seeds", "1",
-            "--corpus", str(tmp_path / "missing.txt"), "--max-steps", "2", "--no-progress", "--no-report"]
+            "--max-steps", "2", "--no-progress", "--no-report"]
     assert launch.main(argv) == 1
     (view,) = views(study).values()
     assert (view.state, view.attempts, view.failures) == ("failed", 2, 2)
-    assert "missing.txt" in view.reason
+    assert REASON in view.reason
     assert launch.main(argv) == 1  # relaunch: retries are used up, nothing runs again
     (again,) = views(study).values()
     assert (again.attempts, again.failures) == (2, 2)
-    assert "missing.txt" in capsys.readouterr().out
+    assert REASON in capsys.readouterr().out
     assert status.main([str(study)]) == 1
     table = capsys.readouterr().out
     assert "failed" in table and "1 runs: 1 failed" in table
 
 
-@needs_pipeline
 def test_a_relative_study_dir_works_from_any_folder(tmp_path, monkeypatch):
     """Workers run in the repository; the launcher hands them absolute run directories."""
     from scaling import launch
@@ -163,7 +158,6 @@ def test_run_lock_holds_across_processes_and_dies_with_its_holder(tmp_path):
 
 
 @pytest.mark.slow
-@needs_pipeline
 def test_quickstart_end_to_end_writes_the_report(tmp_path):
     study = tmp_path / "quickstart"
     proc = launcher(study, "--preset", "quickstart", "--max-steps", "2", "--max-parallel", "2",

@@ -1,0 +1,81 @@
+"""Where a run's model runs: the one device rule for training, evaluation and generation.
+
+`pick_device()` is the GPU of this process's local rank where CUDA exists, else the CPU.
+`placement(spec)` adds what evaluation and generation need on top: bf16 autocast where the run
+trained with it (`use_bf16`), sequences per evaluation forward pass that fill the device, and
+whether the model's block stack goes through `torch.compile` (`use_compile`).
+"""
+from __future__ import annotations
+
+import os
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+import torch
+
+CPU_EVAL_BATCH = 8  # sequences per forward on the CPU: larger batches are no faster there
+CUDA_EVAL_BATCH = 32  # on a GPU: 32 x 1024 tokens keep a 125M-760M model's matmuls large
+# (its logits are split by models.likelihood.max_logit_elements, so memory stays bounded)
+
+
+def pick_device(cuda: bool | None = None, local_rank: int | None = None) -> torch.device:
+    """The GPU of this process's local rank (`LOCAL_RANK`, default 0) when CUDA is available,
+    else the CPU. `cuda` and `local_rank` override what this machine reports (for tests)."""
+    cuda = torch.cuda.is_available() if cuda is None else cuda
+    if not cuda:
+        return torch.device("cpu")
+    rank = int(os.environ.get("LOCAL_RANK", 0)) if local_rank is None else local_rank
+    return torch.device("cuda", rank)
+
+
+def use_bf16(spec, device: torch.device) -> bool:
+    """`precision` auto: bf16 autocast on GPU, fp32 on CPU; `fp32`/`bf16` as stated."""
+    return spec.precision == "bf16" or (spec.precision == "auto" and device.type == "cuda")
+
+
+def use_compile(spec, device: torch.device) -> bool:
+    """`compile` auto: torch.compile on GPU, not on the CPU (where the fused kernels run and
+    compilation costs more than it saves on short runs); `on`/`off` as stated."""
+    return spec.compile == "on" or (spec.compile == "auto" and device.type == "cuda")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """How evaluation and generation run a model: device, precision, batch, compilation."""
+
+    device: torch.device
+    bf16: bool
+    eval_batch: int  # sequences per forward pass
+    compile: bool
+
+    @property
+    def label(self) -> str:
+        """What records carry in `device`: `cpu`, or `cuda (<GPU name>)`."""
+        if self.device.type != "cuda":
+            return self.device.type
+        return f"cuda ({torch.cuda.get_device_name(self.device)})" if torch.cuda.is_available() else "cuda"
+
+    @property
+    def precision(self) -> str:
+        return "bf16" if self.bf16 else "fp32"
+
+    def columns(self) -> dict[str, str]:
+        """The record columns that say where a value was computed (`device`, `precision`)."""
+        return {"device": self.label, "precision": self.precision}
+
+    def autocast(self) -> AbstractContextManager:
+        """bf16 autocast when the run trained with it, else nothing."""
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
+
+    def generator(self, seed: int) -> torch.Generator:
+        """A generator on the device, seeded: draws happen where the model runs."""
+        return torch.Generator(self.device).manual_seed(seed)
+
+
+def placement(spec, cuda: bool | None = None, local_rank: int | None = None) -> Placement:
+    """The placement of a run's model for evaluation and generation: its training device rule
+    (`pick_device`), bf16 where training used it, a batch that fills the device, and compilation
+    per the run's `compile` setting."""
+    device = pick_device(cuda, local_rank)
+    batch = CUDA_EVAL_BATCH if device.type == "cuda" else CPU_EVAL_BATCH
+    return Placement(device, use_bf16(spec, device), batch, use_compile(spec, device))
