@@ -28,6 +28,10 @@ class Suite:
 SUITES: dict[str, Suite] = {
     "quick": Suite(val_chunks=8, k_mc=4, m_max=4, n_targets=8, ensemble_chunks=4,
                    zero_shot=("wikitext2",), zero_shot_chunks=4),
+    # CPU studies (quickstart, laptop): 1,024 windows resolve 0.3 nats against the unigram baseline
+    # and 32 x 32 ensemble targets resolve gains of ~0.01 nats (docs/results/quickstart-tuning.md)
+    "cpu": Suite(val_chunks=1024, k_mc=4, m_max=4, n_targets=32, ensemble_chunks=32,
+                 zero_shot=("wikitext2",), zero_shot_chunks=4),
     "paper": Suite(val_chunks=256, k_mc=16, m_max=8, n_targets=32, ensemble_chunks=32,
                    zero_shot=("wikitext2", "ptb", "lm1b", "lambada"), zero_shot_chunks=None,
                    lambada=True, infill_span=16, generate=True),

@@ -76,7 +76,7 @@ def parser() -> argparse.ArgumentParser:
     add("--wandb", nargs="?", const=True, metavar="PROJECT", help="log every run to wandb (project: the "
         "study's unless given); online when logged in; a study file's [tracking] table sets more")
     add("--backend", default="local", help=f"executor: {', '.join(EXECUTORS)}")
-    add("--max-parallel", type=int_arg, help="runs at once (local: default one per GPU, else 1)")
+    add("--max-parallel", type=int_arg, help="runs at once (local: default one per GPU, else one per core)")
     add("--max-retries", type=int_arg, default=1, help="retries of a failed run (default 1; ray: per trial too)")
     add("--wait", action="store_true", help="slurm: wait for the jobs, then write the report")
     add("--bootstrap", type=int_arg, default=DEFAULT_BOOTSTRAP, help=f"bootstrap resamples of the fits (default {DEFAULT_BOOTSTRAP})")

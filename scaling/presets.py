@@ -17,15 +17,6 @@ from .arms import DEFAULT_ARMS, NETWORKS, PAPER_EMA, PAPER_L2R_MIX, Arm
 
 FAMILY_ORDER = ("ar", "aogpt", "sigma_gpt", "mdm")
 
-# Quickstart budget: 2^17 tokens per run = 128 steps of 16 sequences x 64 tokens. At 32 steps
-# every family still sits on the unigram plateau (~3.3 nats/byte); at 128 steps AR separates by
-# size (val 2.78 at 0.1M, 2.58 at 1M). Single-thread throughput of the 1M rung is ~9k tokens/s
-# (idle machine; ~4.5k measured under load), so a run is ~2-15 s of training plus ~3 s of start-up
-# and quick evaluation; 24 runs two at a time + the fit come to ~3-5 minutes on 2 cores.
-QUICKSTART_MAX_TOKENS = 2**17
-QUICKSTART_SEQ_LEN = 64
-QUICKSTART_BATCH_SIZE = 16
-
 CPU_BASE: dict[str, Any] = {
     "sizes": ["0.1M", "0.3M", "1M"], "seeds": 2, "tokenizer": "bytes", "corpus": "shakespeare",
     "seq_len": 128, "network": "gpt2", "ema": 0.0,
@@ -63,10 +54,40 @@ def _aogpt(factors: dict[str, Any], **changes: Any) -> Arm:
     return Arm("aogpt", options, ema, factors)
 
 
+# Quickstart (docs/results/quickstart-tuning.md): AR, AO-GPT (adaLN, mix:0.1) and MDLM at 0.3M and
+# 0.6M (4/112/4), 2 seeds, EMA off for every family, 2,000 steps of 32 sequences x 32 bytes
+# (2,048,000 tokens per run), peak lr 3e-3 (the width rule's cap) after 100 warm-up steps. At seq
+# 64 AO-GPT stays on the unigram plateau for 1,000+ steps; at seq 32 and 2,000 steps AO-GPT 0.3M
+# ends 0.317 nats/byte below it (0.1M: only 0.238, hence no 0.1M). Projected: ~8.4 min on 2 idle
+# cores, two runs at a time. The `cpu` suite scores 1,024 validation windows: the quick suite's 8
+# put the unigram baseline 0.45 nats above the whole split's.
+QUICKSTART_TOKENS = 2000 * 32 * 32
+QUICKSTART: dict[str, Any] = {
+    "sizes": ["0.3M", "4/112/4"], "seeds": 2, "tokens": QUICKSTART_TOKENS, "seq_len": 32,
+    "batch_size": 32, "lr": 3e-3, "warmup_steps": 100, "ema": 0.0, "network": "gpt2",
+    "eval_suite": "cpu",
+}
+QUICKSTART_FAMILIES = ("ar", "aogpt", "mdm")
+# Laptop study (docs/results/quickstart-tuning.md): 4 sizes x 3 seeds, budgets proportional to
+# size (12 tokens per core parameter: 1.2M tokens at 0.1M ... 11.9M at 1M; Chinchilla's 20 would
+# take ~2.8 h), the quickstart's sequence length, batch, lr and warm-up, one network and EMA off
+# for every family. Projected: ~1.7 h on 2 idle cores, two runs at a time (its reference run is
+# still to be made: docs/results/quickstart-tuning.md).
+LAPTOP: dict[str, Any] = {
+    "sizes": ["0.1M", "0.3M", "4/112/4", "1M"], "seeds": 3, "tokens_per_param": 12.0,
+    "seq_len": 32, "batch_size": 32, "lr": 3e-3, "warmup_steps": 100, "ema": 0.0,
+    "network": "gpt2", "eval_suite": "cpu",
+}
+
+
+def laptop() -> dict[str, Any]:
+    """AR, AO-GPT and MDLM at 4 sizes x 3 seeds, budgets proportional to size, ~1.7 h on 2 cores."""
+    return {**CPU_BASE, **LAPTOP, "arms": [DEFAULT_ARMS[f] for f in QUICKSTART_FAMILIES]}
+
+
 def quickstart() -> dict[str, Any]:
-    """CPU rungs on Shakespeare bytes, four families x 3 sizes x 2 seeds, capped tokens."""
-    return {**CPU_BASE, "arms": _family_arms(), "max_tokens": QUICKSTART_MAX_TOKENS,
-            "seq_len": QUICKSTART_SEQ_LEN, "batch_size": QUICKSTART_BATCH_SIZE, "eval_suite": "quick"}
+    """AR vs AO-GPT vs MDLM at 0.3M/0.6M x 2 seeds on Shakespeare bytes, every run off the plateau."""
+    return {**CPU_BASE, **QUICKSTART, "arms": [DEFAULT_ARMS[f] for f in QUICKSTART_FAMILIES]}
 
 
 def paper() -> dict[str, Any]:
@@ -115,7 +136,7 @@ def factorial() -> dict[str, Any]:
 
 
 PRESETS: dict[str, Callable[[], dict[str, Any]]] = {
-    "quickstart": quickstart, "paper": paper, "network": network, "pe": pe, "ema": ema, "l2r-mix": l2r_mix,
+    "quickstart": quickstart, "laptop": laptop, "paper": paper, "network": network, "pe": pe, "ema": ema, "l2r-mix": l2r_mix,
     "orders": orders, "factorial": factorial,
 }
 

@@ -84,13 +84,14 @@ class LocalJob:
 
 
 class LocalExecutor:
-    """Runs `max_parallel` runs at once as subprocesses (default: one per GPU, else one)."""
+    """Runs `max_parallel` runs at once as subprocesses (default: one per GPU, else one per core
+    with one thread each: small CPU runs scale better side by side than across threads)."""
 
     def __init__(self, max_parallel: int | None = None, threads_per_run: int | None = None,
                  gpus: list[str] | None = None, python: str = sys.executable) -> None:
         self.gpus = visible_gpus() if gpus is None else list(gpus)
-        self.slots = max(1, max_parallel or len(self.gpus) or 1)
-        cores = os.cpu_count() or 1
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        self.slots = max(1, max_parallel or len(self.gpus) or cores)
         self.threads_per_run = threads_per_run or max(1, cores // self.slots)
         self.python = python
         self._queue: deque[LocalJob] = deque()

@@ -11,7 +11,7 @@ from jobs.spec import RunSpec
 from models.ladder import core_params, get_shape, train_flops_per_token
 from scaling import recipes
 from scaling.plan import VOCAB_SIZES, gpu_hours, plan_rows
-from scaling.presets import PRESETS, QUICKSTART_MAX_TOKENS
+from scaling.presets import PRESETS, QUICKSTART_TOKENS
 from scaling.study import StudyError, build_study, load_toml
 
 GOLDEN = Path(__file__).parent / "golden" / "quickstart_run_ids.json"
@@ -34,14 +34,15 @@ def test_quickstart_run_ids_match_golden_file():
     assert golden_doc() == json.loads(GOLDEN.read_text())
 
 
-def test_no_flags_is_the_quickstart_4_families_x_3_sizes_x_2_seeds():
+def test_no_flags_is_the_quickstart_3_families_x_2_sizes_x_2_seeds():
     study = build_study({})
     assert study.name == "quickstart"
     cells = {(c.spec.family, c.spec.size, c.spec.seed) for c in study.cells}
-    assert len(study.cells) == len(cells) == 24
+    assert len(study.cells) == len(cells) == 12
+    assert {c.spec.family for c in study.cells} == {"ar", "aogpt", "mdm"}
     assert {c.spec.tokenizer for c in study.cells} == {"bytes"}
     assert {c.spec.corpus for c in study.cells} == {"shakespeare"}
-    assert all(c.spec.tokens <= QUICKSTART_MAX_TOKENS for c in study.cells)
+    assert {(c.spec.tokens, c.spec.seq_len, c.spec.eval_suite) for c in study.cells} == {(QUICKSTART_TOKENS, 32, "cpu")}
     aogpt = next(c.spec for c in study.cells if c.spec.family == "aogpt")
     assert aogpt.variant == "adaln+mix:0.1"
     assert len({(c.spec.ema, c.spec.options["norm"], c.spec.options["tie_head"]) for c in study.cells}) == 1
