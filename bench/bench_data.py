@@ -147,7 +147,7 @@ def report(results: dict) -> None:
           f"{efficiency:.2f} parallel efficiency measured at 2 workers)")
     cpu = {w: sizes_cpu(results, w) for w in (1, 2)}
     print(f"CPU cost: {cpu[1]:.2f} MB per CPU-second with 1 worker, {cpu[2]:.2f} with 2 "
-          f"({cpu[2] / cpu[1]:.2f}x: the work does not grow with workers); with idle cores, "
+          f"({cpu[2] / cpu[1]:.2f}x; 1.00x = no extra work per MB with more workers); with idle cores, "
           f"OpenWebText on {OWT_CORES} cores: {OWT_TEXT_MB / (cpu[2] * OWT_CORES) / 60:.0f} min")
 
 
