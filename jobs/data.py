@@ -55,6 +55,11 @@ def _corpus_error(corpus: str, why: str) -> ValueError:
     return ValueError(f"corpus {corpus!r}: {why}; choose {', '.join(CORPUS_CHOICES)}")
 
 
+def _not_utf8(corpus: str, error: UnicodeDecodeError) -> ValueError:
+    return _corpus_error(corpus, f"is not UTF-8 text ({error.reason} at byte offset {error.start} of a "
+                                 "chunk); convert the file to UTF-8")
+
+
 def _check_split(split: str) -> None:
     if split not in SPLITS:
         raise ValueError(f"split {split!r} is unknown; choose one of {list(SPLITS)}")
@@ -129,6 +134,7 @@ def _import_datasets(corpus: str):
         import datasets
     except ImportError:
         raise _corpus_error(corpus, "needs the `datasets` package; pip install 'aoscale[hf]'") from None
+    datasets.disable_progress_bars()  # one-line errors and quiet launches: no "Generating split" bars
     return datasets
 
 
@@ -244,6 +250,8 @@ def check_corpus(corpus: str, text_field: str = DEFAULT_TEXT_FIELD) -> None:
         train, _ = _opened_parts(corpus, text_field, streaming=True)
         if next(iter(train), None) is None:
             raise _corpus_error(corpus, "has no documents")
+    except UnicodeDecodeError as error:
+        raise _not_utf8(corpus, error) from None
     finally:
         if shown:
             datasets.enable_progress_bars()
@@ -258,6 +266,20 @@ def iter_documents(corpus: str, split: str, text_field: str = DEFAULT_TEXT_FIELD
             for text in source.texts(start, start + tokencache.SHARD_DOCS):
                 if text and plan.route(name, text) == split:
                     yield text
+
+
+def stream_documents(corpus: str, split: str, text_field: str = DEFAULT_TEXT_FIELD) -> list[str]:
+    """A small local corpus's split, read by streaming: nothing is prepared or written (preflight)."""
+    _check_split(split)
+    try:
+        train, validation = _opened_parts(corpus, text_field, streaming=True)
+        train_docs = [row[text_field] for row in train if row[text_field]]
+        if validation is not None:
+            return train_docs if split == "train" else [row[text_field] for row in validation if row[text_field]]
+    except UnicodeDecodeError as error:
+        raise _not_utf8(corpus, error) from None
+    p = tokencache.held_out_p(len(train_docs))
+    return [text for text in train_docs if ("validation" if tokencache.is_held_out(text, p) else "train") == split]
 
 
 def load_documents(corpus: str, split: str, text_field: str = DEFAULT_TEXT_FIELD) -> list[str]:

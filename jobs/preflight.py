@@ -199,8 +199,8 @@ def _resolve_hub(corpus: str) -> None:
                          "name and the network, or use shakespeare or a local .txt/.jsonl path")
 
 
-def _cached_tokens(corpus: str, tokenizer: str, split: str) -> int | None:
-    cached = data.token_path(corpus, tokenizer, split)
+def _cached_tokens(corpus: str, tokenizer: str, split: str, text_field: str) -> int | None:
+    cached = data.token_path(corpus, tokenizer, split, text_field)
     if not cached.exists():
         return None
     itemsize = np.dtype(data.token_dtype(data.get_encoding(tokenizer).n_vocab)).itemsize
@@ -209,11 +209,11 @@ def _cached_tokens(corpus: str, tokenizer: str, split: str) -> int | None:
 
 def _local_bytes(corpus: str) -> int:
     path = Path(corpus).expanduser()
-    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.suffix in data.LOCAL_SUFFIXES]
+    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.suffix in data.LOCAL_FORMATS]
     return sum(f.stat().st_size for f in files) if path.exists() else 0
 
 
-def split_tokens(corpus: str, tokenizer: str, split: str) -> int | None:
+def split_tokens(corpus: str, tokenizer: str, split: str, text_field: str = data.DEFAULT_TEXT_FIELD) -> int | None:
     """Tokens in one split, or None when they are not counted here: the built-in corpus (its
     smallest split, 3 plays, holds ~4e5 bytes), a Hub or large local corpus not yet cached (their
     size is checked when they are tokenised). A small local corpus is loaded through jobs.data
@@ -221,22 +221,22 @@ def split_tokens(corpus: str, tokenizer: str, split: str) -> int | None:
     if corpus == "shakespeare":
         return None
     if not data._is_local(corpus) or _local_bytes(corpus) > IN_MEMORY_BYTES:
-        return _cached_tokens(corpus, tokenizer, split)
+        return _cached_tokens(corpus, tokenizer, split, text_field)
     try:
-        documents = data.load_documents(corpus, split)
+        documents = data.stream_documents(corpus, split, text_field)
     except (ValueError, KeyError, TypeError, OSError) as error:
         raise _local_corpus_error(corpus, error) from None
     return len(data.encode_joined(documents, data.get_encoding(tokenizer)))
 
 
-def check_data(corpus: str, tokenizer: str, seq_len: int) -> None:
+def check_data(corpus: str, tokenizer: str, seq_len: int, text_field: str = data.DEFAULT_TEXT_FIELD) -> None:
     """The corpus loads and each split holds at least one window of `seq_len + 1` tokens."""
     if not isinstance(corpus, str) or not corpus.strip():
         raise InputError("corpus: empty; give shakespeare, a local .txt/.jsonl path or a Hugging Face dataset name")
-    if corpus != "shakespeare" and not data._is_local(corpus) and not data.token_path(corpus, tokenizer, "train").exists():
+    if corpus != "shakespeare" and not data._is_local(corpus) and not data.token_path(corpus, tokenizer, "train", text_field).exists():
         _resolve_hub(corpus)
     for split in data.SPLITS:
-        n_tokens = split_tokens(corpus, tokenizer, split)
+        n_tokens = split_tokens(corpus, tokenizer, split, text_field)
         if n_tokens is not None and n_tokens < seq_len + 1:
             raise InputError(f"corpus: the {split} split of {corpus} holds {n_tokens} tokens, fewer than one window "
                              f"of seq_len + 1 = {seq_len + 1}; use a larger corpus or a shorter --seq-len")
@@ -272,7 +272,7 @@ def check_run(run_dir: Path, spec: RunSpec, *, memory: bool = True) -> None:
         raise InputError(str(error)) from None
     if memory:
         check_memory(spec, int(os.environ.get("WORLD_SIZE", 1)))
-    check_data(spec.corpus, spec.tokenizer, spec.seq_len)
+    check_data(spec.corpus, spec.tokenizer, spec.seq_len, spec.text_field)
 
 
 def check_specs(specs: Iterable[RunSpec], *, memory: bool, data: bool = True) -> None:
@@ -284,9 +284,9 @@ def check_specs(specs: Iterable[RunSpec], *, memory: bool, data: bool = True) ->
         check_memory(max(specs, key=lambda s: memory_bytes(s, model_params(s))))
     if not data:
         return
-    longest: dict[tuple[str, str], int] = {}
+    longest: dict[tuple[str, str, str], int] = {}
     for spec in specs:
-        key = (spec.corpus, spec.tokenizer)
+        key = (spec.corpus, spec.tokenizer, spec.text_field)
         longest[key] = max(longest.get(key, 0), spec.seq_len)
-    for (corpus, tokenizer), seq_len in longest.items():
-        check_data(corpus, tokenizer, seq_len)
+    for (corpus, tokenizer, text_field), seq_len in longest.items():
+        check_data(corpus, tokenizer, seq_len, text_field)

@@ -84,4 +84,4 @@ def test_the_paper_preset_evaluates_with_the_paper_suite_and_holds_out_openwebte
     assert {cell.spec.eval_suite for cell in study.cells} == {"paper"}
     assert {cell.spec.corpus for cell in study.cells} == {"Skylion007/openwebtext"}
     quick = build_study({})
-    assert {cell.spec.eval_suite for cell in quick.cells} == {"quick"}
+    assert {cell.spec.eval_suite for cell in quick.cells} == {"cpu"}
