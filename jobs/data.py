@@ -243,18 +243,12 @@ def check_corpus(corpus: str, text_field: str = DEFAULT_TEXT_FIELD) -> None:
     if corpus == "shakespeare" or not (_is_local(corpus) and (Path(corpus).expanduser().exists()
                                                               or _is_glob(corpus))):
         return  # built in; or a Hub name / a path its runs will report missing
-    datasets = _import_datasets(corpus)
-    shown = datasets.is_progress_bar_enabled()
-    datasets.disable_progress_bars()  # bad input is one line
     try:
         train, _ = _opened_parts(corpus, text_field, streaming=True)
         if next(iter(train), None) is None:
             raise _corpus_error(corpus, "has no documents")
     except UnicodeDecodeError as error:
         raise _not_utf8(corpus, error) from None
-    finally:
-        if shown:
-            datasets.enable_progress_bars()
 
 
 def iter_documents(corpus: str, split: str, text_field: str = DEFAULT_TEXT_FIELD) -> Iterator[str]:

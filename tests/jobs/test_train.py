@@ -24,15 +24,7 @@ from jobs.train import main
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def shared_cache(tmp_path_factory):
-    """One tokenised-corpus cache for the module (and its subprocesses); one torch thread."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AOSCALE_CACHE", str(tmp_path_factory.mktemp("cache")))
-        yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread_cache")
 
 
 def tiny(**changes) -> RunSpec:
