@@ -135,6 +135,7 @@ def _import_datasets(corpus: str):
     except ImportError:
         raise _corpus_error(corpus, "needs the `datasets` package; pip install 'aoscale[hf]'") from None
     datasets.disable_progress_bars()  # one-line errors and quiet launches: no "Generating split" bars
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # its load errors reach users as ours
     return datasets
 
 
