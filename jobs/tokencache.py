@@ -158,8 +158,10 @@ def _init_worker(plan: Plan, shard_dir: str) -> None:
 def _encode(texts: list[str], enc: Any) -> np.ndarray:
     dtype = token_dtype(enc.n_vocab)
     parts = []
-    for ids in enc.encode_ordinary_batch(texts):
-        parts += [np.array([enc.eot_token], dtype=dtype), np.asarray(ids, dtype=dtype)]
+    # One document at a time: tiktoken's batch call runs its own thread pool (8 threads), so one
+    # "worker" would already occupy every core and added workers would only contend for them.
+    for text in texts:
+        parts += [np.array([enc.eot_token], dtype=dtype), np.asarray(enc.encode_ordinary(text), dtype=dtype)]
     return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
 
