@@ -1,14 +1,16 @@
 """Evaluate one run: likelihoods on its validation split and zero-shot sets, LAMBADA, infilling.
 
 `evaluate(run_dir, suite="quick") -> polars.DataFrame` writes `run_dir/eval.parquet` (records
-schema in jobs/records.py). Metrics per family:
-  every family   nll_l2r and bpb_l2r (exact; an MDM predicts x_k from x_<k with x_>=k masked)
-  aogpt, σ-GPT   nll_anyorder (K permutations, estimator perm_mc) and nll_ensemble for
-                 M = 1, 2, 4, ... (estimator ctx_ensemble, n_targets scored slots per sequence)
-  mdm            nll_anyorder (the family's ELBO estimator: its loss when mdlm/kdce, else kdce)
+schema in jobs/records.py). Each family declares its metric groups (`FamilySpec.metrics`, in its
+module under models/families); this module computes each group (METRIC_ROWS):
+  l2r            nll_l2r and bpb_l2r (exact; an MDM predicts x_k from x_<k with x_>=k masked)
+  perm_mc        nll_anyorder (K permutations, estimator perm_mc)
+  ctx_ensemble   nll_ensemble for M = 1, 2, 4, ... (estimator ctx_ensemble, n_targets scored
+                 slots per sequence)
+  elbo           nll_anyorder (the family's ELBO estimator: its loss when mdlm/kdce, else kdce)
                  plus nll_elbo_mdlm and nll_elbo_kdce (both estimators, K draws each)
-  paper suite    + lambada_acc, infill_nll / infill_em (AR sees the prefix only: estimator
-                 prefix_only; the others prefix_suffix), generation (jobs.generate)
+  paper suite    + lambada_acc, infill_nll / infill_em (estimator: the family's declared
+                 `infill_context`, prefix_only or prefix_suffix), generation (jobs.generate)
 All randomness derives from `--seed` (default EVAL_SEED) and the (dataset, metric) name, so a
 rerun writes the same rows. CLI: `python -m jobs.evaluate --run-dir DIR [--suite quick|paper]`.
 """
@@ -199,11 +201,6 @@ def ensemble_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dic
                     n_targets=n_targets) for m in ensemble_sweep(s.m_max)]
 
 
-def _default_estimator(model) -> str:
-    loss = model.options["loss"]
-    return loss if loss in lk.ESTIMATORS else "kdce"
-
-
 def elbo_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
     """nll_elbo_mdlm, nll_elbo_kdce (+ nll_elbo_sedd for a sedd model: SEDD's own score-entropy
     bound), and nll_anyorder = the family's default estimator (its loss when mdlm/kdce, else the
@@ -213,18 +210,15 @@ def elbo_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
         g = generator(settings.seed, ds.name, f"nll_elbo_{est}", device=_device(settings))
         draws = torch.cat([lk.mdm_elbo_draws(model, b, k, est, g) for b in _batches(ds.chunks, settings)])
         rows.append(_mc_row(ctx, ds, f"nll_elbo_{est}", draws, est, k_mc=k))
-        if est == _default_estimator(model):
+        if est == lk.default_elbo_estimator(model):
             rows.append(_mc_row(ctx, ds, "nll_anyorder", draws, est, k_mc=k))
     return rows
 
 
 Metric = Callable[..., list[dict]]
-FAMILY_METRICS: dict[str, tuple[Metric, ...]] = {
-    "ar": (l2r_rows,),
-    "aogpt": (l2r_rows, anyorder_rows, ensemble_rows),
-    "sigma_gpt": (l2r_rows, anyorder_rows, ensemble_rows),
-    "mdm": (l2r_rows, elbo_rows),
-}
+# The rows of each metric group a family may declare (models.families.base.METRIC_GROUPS).
+METRIC_ROWS: dict[str, Metric] = {"l2r": l2r_rows, "perm_mc": anyorder_rows, "ctx_ensemble": ensemble_rows,
+                                  "elbo": elbo_rows}
 
 
 # ---- LAMBADA and infilling ---------------------------------------------------------------------
@@ -256,9 +250,6 @@ def lambada_rows(model, spec, ctx: dict, settings: Settings) -> list[dict]:
                  n_samples=len(items), estimator="greedy_left_context")]
 
 
-INFILL_CONTEXT = {"ar": "prefix_only"}  # everyone else conditions on prefix and suffix
-
-
 def infill_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
     """NLL per span token and exact match of a middle span given prefix (and suffix)."""
     L = ds.chunks.shape[1]
@@ -270,7 +261,7 @@ def infill_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]
         nll.append(n.double().mean(1).cpu())
         em.append(hits.all(1).double().cpu())
     nll, em = torch.cat(nll), torch.cat(em)
-    context = INFILL_CONTEXT.get(model.family, "prefix_suffix")
+    context = model.SPEC.infill_context
     chunking = f"{ds.chunking}; span = tokens [{a}, {a + span}) of each chunk"
     base = dict(dataset=ds.name, split=ds.split, n_samples=len(nll), estimator=context, chunking=chunking)
     return [record(ctx, metric="infill_nll", value=nll.mean(), unit="nats/token", **base),
@@ -366,8 +357,8 @@ def compute_rows(model, spec, datasets: list[Dataset], ctx: dict, settings: Sett
     autocast = settings.place.autocast() if settings.place else contextlib.nullcontext()
     with torch.no_grad(), autocast:
         for ds in datasets:
-            for metric in FAMILY_METRICS[model.family]:
-                rows += metric(model, ds, ctx, settings)
+            for group in model.SPEC.metrics:
+                rows += METRIC_ROWS[group](model, ds, ctx, settings)
         if settings.suite.infill_span:
             rows += infill_rows(model, datasets[-1 if len(datasets) == 1 else 1], ctx, settings)
         if settings.suite.lambada:

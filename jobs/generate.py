@@ -10,9 +10,12 @@
   gen_entropy   per-sample unigram entropy of the generated tokens (nats/token), mean and se:
                 repetitive text shows as low entropy beside a flattering gen_ppl
   gen_time_s    wall seconds to generate the n samples (batched), per step count
-  gen_self_nll  decoders only: samples decoded k tokens per step (linear schedule) scored by the
-                same model along their decode order, per k (`tokens_per_step`): the cost of the
-                factorised parallel step, measured against k = 1 (exact ancestral sampling)
+  gen_self_nll  families that declare `decode_order_nll` (the decoders): samples decoded k tokens
+                per step (linear schedule) scored by the same model along their decode order, per
+                k (`tokens_per_step`): the cost of the factorised parallel step, measured against
+                k = 1 (exact ancestral sampling)
+Each family samples with its own `sample` (its module under models/families), which names its
+method (the `estimator` column and samples.parquet's `method`).
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ from jobs.runlock import holding
 from jobs.spec import RunSpec
 from models import likelihood as lk
 from models import sampling as sm
+from models.families import JUDGE_FAMILY
 
 SAMPLES_FILE = "samples.parquet"
 GEN_SEED = 20240918  # default sampling seed, recorded as eval_seed
@@ -56,26 +60,9 @@ class GenSettings:
     seed: int = GEN_SEED
 
 
-def _ar(model, gs: GenSettings, length: int, steps: int, g) -> sm.Generation:
-    return sm.generate_ar(model, gs.n_samples, length, gs.sampling, g)
-
-
-def _decoder(model, gs: GenSettings, length: int, steps: int, g) -> sm.Generation:
-    return sm.generate_aogpt(model, gs.n_samples, length, min(steps, length), gs.schedule, gs.sampling, g)
-
-
-def _mdm(model, gs: GenSettings, length: int, steps: int, g) -> sm.Generation:
-    sampler = gs.sampler or ("analytic" if model.options["loss"] == "sedd" else "ancestral")
-    return sm.generate_mdm(model, gs.n_samples, length, steps, sampler, gs.sampling, g)
-
-
-SAMPLERS = {"ar": _ar, "aogpt": _decoder, "sigma_gpt": _decoder, "mdm": _mdm}
-
-
-def _method(model, gs: GenSettings) -> str:
-    if model.family == "mdm":
-        return gs.sampler or ("analytic" if model.options["loss"] == "sedd" else "ancestral")
-    return "ar_kv" if model.family == "ar" else f"aogpt_kv_{gs.schedule}"
+def request(gs: GenSettings, length: int, steps: int) -> sm.Request:
+    """The family's sampling request for one step count."""
+    return sm.Request(gs.n_samples, length, steps, gs.schedule, gs.sampler, gs.sampling)
 
 
 # ---- the judge ---------------------------------------------------------------------------------
@@ -100,7 +87,7 @@ def load_judge(run_dir: Path, spec, length: int, judge_run: str | Path | None = 
         other = RunSpec.load(path / "spec.json")
     except (OSError, ValueError):
         raise ValueError(f"--judge-run: {path} is not a run directory with a valid spec.json") from None
-    if other.family != "ar" or other.tokenizer != spec.tokenizer or other.seq_len < length:
+    if other.family != JUDGE_FAMILY or other.tokenizer != spec.tokenizer or other.seq_len < length:
         raise ValueError(f"--judge-run: {path} must be an AR run with tokenizer {spec.tokenizer!r} and a "
                          f"context of at least {length}")
     if other.role != "judge" and other.study == spec.study or other.run_id == spec.run_id:
@@ -135,15 +122,15 @@ def _mean_se(values: torch.Tensor) -> tuple[float, float | None]:
 
 
 def self_nll_rows(model, ctx, gs: GenSettings, length: int) -> list[dict]:
-    """gen_self_nll per tokens-per-step k (decoders): joint NLL of k-parallel samples."""
+    """gen_self_nll per tokens-per-step k (families declaring `decode_order_nll`): joint NLL of
+    k-parallel samples."""
     rows = []
     for k in gs.tokens_per_step:
         g = torch.Generator(model.wte.weight.device).manual_seed(gs.seed + k)
-        out = sm.generate_aogpt(model, gs.n_samples, length, math.ceil(length / k), "linear", gs.sampling, g)
-        with torch.no_grad():
-            value, se = _mean_se(model.nll(out.tokens, out.order).mean(1))
+        nll, steps = model.decode_order_nll(gs.n_samples, length, k, gs.sampling, g)
+        value, se = _mean_se(nll)
         rows.append(_gen_record(ctx, "gen_self_nll", value, "nats/token", gs.n_samples, se=se,
-                                estimator="decode_order", tokens_per_step=k, steps=len(out.counts)))
+                                estimator="decode_order", tokens_per_step=k, steps=steps))
     return rows
 
 
@@ -153,16 +140,20 @@ def generation_rows(model, spec, ctx: dict, run_dir: Path, seed: int = GEN_SEED,
     gs = gs or GenSettings(seed=seed)
     length = gs.length or model.seq_len
     evaluator, evaluator_id = load_judge(Path(run_dir), spec, length, judge_run)
-    steps_list = (length,) if model.family == "ar" else gs.steps
+    if model.sample is None:
+        raise ValueError(f"family: {model.family!r} declares no sampler (`sample`); it cannot generate")
+    steps_list = (length,) if model.SPEC.steps_are_length else gs.steps
     rows, samples = [], []
     for steps in steps_list:
         g = torch.Generator(model.wte.weight.device).manual_seed(gs.seed * 1_000_003 + steps)
         start = time.perf_counter()
         with placement(spec).autocast():
-            out = SAMPLERS[model.family](model, gs, length, steps, g)
+            out = model.sample(request(gs, length, steps), g)
         _synchronize(model)
         elapsed = time.perf_counter() - start
-        extra = dict(steps=out.steps, estimator=_method(model, gs))  # the steps run, not those asked for
+        if not out.method:
+            raise ValueError(f"family: {model.family!r}'s `sample` names no method (Generation.method)")
+        extra = dict(steps=out.steps, estimator=out.method)  # the steps run, not those asked for
         rows.append(_gen_record(ctx, "gen_time_s", elapsed, "s", gs.n_samples, **extra))
         value, se = _mean_se(unigram_entropy(out.tokens))
         rows.append(_gen_record(ctx, "gen_entropy", value, "nats/token", gs.n_samples, se=se, **extra))
@@ -171,7 +162,7 @@ def generation_rows(model, spec, ctx: dict, run_dir: Path, seed: int = GEN_SEED,
             rows.append(_gen_record(ctx, "gen_ppl", value, "ppl", gs.n_samples, se=se, evaluator=evaluator_id,
                                     **extra))
         samples += _sample_rows(spec, out.tokens, extra)
-    if model.family in ("aogpt", "sigma_gpt"):
+    if model.decode_order_nll is not None:
         rows += self_nll_rows(model, ctx, gs, length)
     return rows, samples
 

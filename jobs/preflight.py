@@ -5,7 +5,8 @@ same checks over every run of a study before the launcher writes the study:
 
 - field types and ranges (integers where counts are, finite positive numbers where rates are),
   then `jobs.run_checks.validate`, the trainer's own rules;
-- the model's own rules (family, size, options, context), without building the model;
+- the model's own rules (family, size, options, context), without building the model, and that
+  the family provides every capability its evaluation suite uses (`jobs.suites.Suite.capabilities`);
 - memory of the model's training state and activations against this machine;
 - the data (through jobs.data's loaders): the corpus exists, decodes as UTF-8 (the file and byte
   offset are named), `.jsonl` records hold their text field, and each split holds at least one
@@ -32,11 +33,13 @@ import torch
 
 from cli import InputError
 from jobs import data
+from jobs.datasets import parse_eval_suite
 from jobs.run_checks import check_run_dir, validate
 from jobs.runfiles import SPEC_FILE, checkpoint_steps
 from jobs.spec import RunSpec
+from jobs.suites import SUITES
 from models import FAMILIES
-from models.families.base import resolve_options
+from models.families.base import capabilities, resolve_options
 from models.ladder import core_params, get_shape
 
 SEED_LIMIT = 2**63  # torch.manual_seed and numpy's SeedSequence take any seed in [0, 2**63)
@@ -83,6 +86,21 @@ def check_spec(spec: RunSpec) -> None:
     except ValueError as error:
         raise InputError(str(error)) from None
     model_params(spec)
+    check_capabilities(spec)
+
+
+def check_capabilities(spec: RunSpec) -> None:
+    """InputError naming `eval_suite` when the run's family lacks a capability its suite uses (e.g.
+    a sampler for a suite that generates): refused before training, not failed after it."""
+    suite = parse_eval_suite(spec.eval_suite)[0]
+    if suite not in SUITES or spec.family not in FAMILIES:
+        return  # an unknown suite or family is the suite's or model_params' error
+    missing = [c for c in SUITES[suite].capabilities if c not in capabilities(FAMILIES[spec.family])]
+    if missing:
+        able = [name for name, s in SUITES.items() if set(s.capabilities) <= set(capabilities(FAMILIES[spec.family]))]
+        raise InputError(f"eval_suite: suite {suite!r} needs `{missing[0]}`, which family {spec.family!r} does "
+                         f"not provide; choose a suite it supports ({', '.join(able) or 'none'}) or implement "
+                         f"`{missing[0]}` in the family's module")
 
 
 def model_params(spec: RunSpec) -> int:

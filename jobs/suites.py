@@ -24,6 +24,13 @@ class Suite:
     generate: bool = False
     gen_samples: int = 16  # samples drawn per step count when `generate`
 
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        """The family capabilities (models.families.base.CAPABILITIES) this suite uses: span scoring
+        always (nll_l2r; LAMBADA and infilling where run), a sampler where it generates. A family's
+        declared metric groups (its `FamilySpec.metrics`) are computed whatever the suite."""
+        return ("span_logits",) + (("sample",) if self.generate else ())
+
 
 SUITES: dict[str, Suite] = {
     "quick": Suite(val_chunks=8, k_mc=4, m_max=4, n_targets=8, ensemble_chunks=4,

@@ -3,12 +3,14 @@
 All values are nats per token. Definitions (DESIGN.md §4):
 
 - `span_logits(model, tokens, a, b)`: logits predicting each x_i, a <= i < b, from everything
-  outside the span plus x_{a..i-1}. AR sees the prefix only (x_{<i}); AO-GPT / σ-GPT use the
-  order [0..a-1, b..L-1, a..b-1] (prefix, suffix, then the span left to right); an MDM sees the
-  sequence with x_{i..b-1} masked. With (a, b) = (0, L) this is the L2R likelihood of every
-  family (AR directly, the identity order for decoders, x_{>=k} masked for an MDM).
-- `anyorder_draws`: K uniform permutations per sequence, exact NLL for each (decoders).
-- `mdm_elbo_draws`: K noise draws per sequence of the `mdlm` (t ~ U) or `kdce` (k ~ U{1..L})
+  outside the span plus x_{a..i-1}: the family's own `span_logits` (declared in its module). AR
+  sees the prefix only (x_{<i}); AO-GPT / σ-GPT use the order [0..a-1, b..L-1, a..b-1] (prefix,
+  suffix, then the span left to right); an MDM sees the sequence with x_{i..b-1} masked. With
+  (a, b) = (0, L) this is the L2R likelihood of every family (AR directly, the identity order for
+  decoders, x_{>=k} masked for an MDM).
+- `anyorder_draws`: K uniform permutations per sequence, exact NLL for each (families declaring
+  the `perm_mc` metric: the decoders).
+- `mdm_elbo_draws` (families declaring `elbo`): K noise draws per sequence of the `mdlm` (t ~ U) or `kdce` (k ~ U{1..L})
   ELBO estimator (both have the expectation of DESIGN §4's sum over mask sizes, computed from the
   softmax of the logits), or, for a `sedd` model, SEDD's own score-entropy bound (`sedd`).
 - `ensemble_logprobs` + `ensemble_losses`: context-order ensembling (official
@@ -30,7 +32,6 @@ import torch.nn.functional as F
 MAX_LOGIT_ELEMENTS = 1 << 25  # rows·L·V per forward (128 MiB of fp32 logits) before chunking
 CUDA_MAX_LOGIT_ELEMENTS = 1 << 30  # on a GPU (4 GiB of fp32 logits): 20 rows of 1024 x 50257
 ESTIMATORS = ("mdlm", "kdce")
-DECODERS = ("aogpt", "sigma_gpt")
 
 
 @dataclass(frozen=True)
@@ -59,12 +60,14 @@ def _check_positive(name: str, value: int) -> None:
         raise ValueError(f"{name}: must be a positive integer, got {value!r}")
 
 
-def _require(model, families: tuple[str, ...], what: str) -> None:
-    if model.family not in families:
-        raise ValueError(f"family: {what} is defined for {', '.join(families)}, not {model.family!r}")
+def _require(model, metric: str, what: str) -> None:
+    """ValueError unless the model's family declares the metric group (`FamilySpec.metrics`)."""
+    if metric not in model.SPEC.metrics:
+        raise ValueError(f"family: {what} is defined for families declaring the {metric!r} metric, "
+                         f"not {model.family!r}")
 
 
-def _row_chunks(n_rows: int, row_elements: int, device: torch.device) -> list[slice]:
+def row_chunks(n_rows: int, row_elements: int, device: torch.device) -> list[slice]:
     """Slices of at most MAX_LOGIT_ELEMENTS // row_elements rows (CUDA_MAX_LOGIT_ELEMENTS on a
     GPU), at least one."""
     limit = CUDA_MAX_LOGIT_ELEMENTS if device.type == "cuda" else MAX_LOGIT_ELEMENTS
@@ -100,48 +103,15 @@ def mask_tokens(model, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor
 
 
 # ---- span / L2R -------------------------------------------------------------------------------
-def _span_ar(model, tokens, a, b):
-    return model(tokens)[:, a:b]
-
-
-def infill_order(length: int, a: int, b: int, batch: int, device=None) -> torch.Tensor:
-    """The order [prefix, suffix, span left to right] as a LongTensor [batch, length]."""
-    order = torch.cat([torch.arange(a), torch.arange(b, length), torch.arange(a, b)])
-    return order.to(device).expand(batch, length).clone()
-
-
-def _span_decoder(model, tokens, a, b):
-    B, L = tokens.shape
-    return model(tokens, infill_order(L, a, b, B, tokens.device))[:, L - (b - a):]
-
-
-def _span_mdm(model, tokens, a, b):
-    """One forward per span position i with x_{i..b-1} masked; rows batched in chunks."""
-    B, L = tokens.shape
-    span = torch.arange(a, b, device=tokens.device)
-    rows = tokens.repeat_interleave(b - a, dim=0)  # [B*S, L], row r predicts span[r % S]
-    target = span.repeat(B)
-    pos = torch.arange(L, device=tokens.device)
-    mask = (pos[None] >= target[:, None]) & (pos[None] < b)
-    x_t = mask_tokens(model, rows, mask)
-    level = mdm_level(model, mask.float().mean(1))
-    out = []
-    for sl in _row_chunks(len(rows), L * model.vocab_size, rows.device):
-        logits = model(x_t[sl], None if level is None else level[sl])
-        out.append(logits[torch.arange(logits.shape[0]), target[sl]])
-    return torch.cat(out).view(B, b - a, -1)
-
-
-SPAN_LOGITS = {"ar": _span_ar, "aogpt": _span_decoder, "sigma_gpt": _span_decoder, "mdm": _span_mdm}
-
-
 @torch.no_grad()
 def span_logits(model, tokens: torch.Tensor, a: int, b: int) -> torch.Tensor:
     """Logits [B, b-a, V] predicting x_a..x_{b-1} left to right (see the module docstring)."""
     model.check_tokens(tokens)
     if not 0 <= a < b <= tokens.shape[1]:
         raise ValueError(f"span: need 0 <= a < b <= {tokens.shape[1]}, got ({a}, {b})")
-    return SPAN_LOGITS[model.family](model, tokens, a, b)
+    if model.span_logits is None:
+        raise ValueError(f"family: {model.family!r} declares no span scoring (`span_logits`)")
+    return model.span_logits(tokens, a, b)
 
 
 def span_scores(model, tokens: torch.Tensor, a: int, b: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -165,12 +135,12 @@ def l2r_nll(model, tokens: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def anyorder_draws(model, tokens: torch.Tensor, k_mc: int, generator=None) -> torch.Tensor:
     """Per-token NLL [B, K] of each sequence under K uniform random orders."""
-    _require(model, DECODERS, "the any-order NLL over permutations")
+    _require(model, "perm_mc", "the any-order NLL over permutations")
     _check_positive("k_mc", k_mc)
     B, L = tokens.shape
     rows = tokens.repeat_interleave(k_mc, dim=0)
     orders = torch.rand(B * k_mc, L, generator=generator, device=tokens.device).argsort(1)
-    out = [model.nll(rows[sl], orders[sl]).mean(1) for sl in _row_chunks(len(rows), L * model.vocab_size, rows.device)]
+    out = [model.nll(rows[sl], orders[sl]).mean(1) for sl in row_chunks(len(rows), L * model.vocab_size, rows.device)]
     return torch.cat(out).view(B, k_mc)
 
 
@@ -221,11 +191,18 @@ def elbo_estimators(model) -> tuple[str, ...]:
     return ESTIMATORS + (("sedd",) if model.options["loss"] == "sedd" else ())
 
 
+def default_elbo_estimator(model) -> str:
+    """The bound an MDM reports as its nll_anyorder: its loss when that is mdlm or kdce, else the
+    kdce bound of its softmax-normalised logits."""
+    loss = model.options["loss"]
+    return loss if loss in ESTIMATORS else "kdce"
+
+
 @torch.no_grad()
 def mdm_elbo_draws(model, tokens: torch.Tensor, k_mc: int, estimator: str = "kdce",
                    generator=None) -> torch.Tensor:
     """Per-token NLL upper bound [B, K]: K draws of the `mdlm` or `kdce` ELBO estimator."""
-    _require(model, ("mdm",), "the ELBO")
+    _require(model, "elbo", "the ELBO")
     _check_positive("k_mc", k_mc)
     if estimator not in elbo_estimators(model):
         raise ValueError(f"estimator: MDM ELBO estimator {estimator!r} is not defined for this model; "
@@ -233,7 +210,7 @@ def mdm_elbo_draws(model, tokens: torch.Tensor, k_mc: int, estimator: str = "kdc
     B, L = tokens.shape
     rows = tokens.repeat_interleave(k_mc, dim=0)
     draw = ELBO_DRAWS[estimator]
-    out = [draw(model, rows[sl], generator) for sl in _row_chunks(len(rows), L * model.vocab_size, rows.device)]
+    out = [draw(model, rows[sl], generator) for sl in row_chunks(len(rows), L * model.vocab_size, rows.device)]
     return torch.cat(out).view(B, k_mc)
 
 
@@ -271,7 +248,7 @@ def ensemble_logprobs(model, tokens: torch.Tensor, m_max: int, n_targets: int | 
     Order j = 0 is the base order, j >= 1 shuffle its prefix σ[:i]. Smaller M reuse the first
     orders, so a sweep over M shares its random numbers.
     """
-    _require(model, DECODERS, "context-order ensembling")
+    _require(model, "ctx_ensemble", "context-order ensembling")
     _check_positive("m", m_max)
     B, L = tokens.shape
     n = L if n_targets is None else n_targets
@@ -298,7 +275,7 @@ def _sorted_slot_logprobs(model, rows, orders, slots) -> torch.Tensor:
     perm = slots.argsort()
     out = torch.empty(len(rows), device=rows.device)
     L = rows.shape[1]
-    for sl in _row_chunks(len(rows), L * model.shape.d_model * 16, rows.device):
+    for sl in row_chunks(len(rows), L * model.shape.d_model * 16, rows.device):
         idx = perm[sl]
         out[idx] = _slot_logprobs(model, rows[idx], orders[idx], slots[idx])
     return out

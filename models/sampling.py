@@ -85,9 +85,24 @@ class Sampling:
         return sample_logits(logits, self.temperature, self.top_p, generator)
 
 
+@dataclass(frozen=True)
+class Request:
+    """One generation asked of a family's `sample`: n samples of `length` tokens in `steps` steps,
+    with the decoders' `schedule`, the MDMs' `sampler` (None: the family's default) and the
+    temperature/nucleus settings."""
+
+    n_samples: int
+    length: int
+    steps: int
+    schedule: str = "linear"
+    sampler: str | None = None
+    sampling: Sampling = field(default_factory=Sampling)
+
+
 @dataclass
 class Generation:
-    """Samples [B, L], the order used (decoders), tokens decoded per step and network calls."""
+    """Samples [B, L], the order used (decoders), tokens decoded per step and network calls;
+    `method` names the sampler (set by the family's `sample`: the records' `estimator`)."""
 
     tokens: torch.Tensor
     order: torch.Tensor | None = None
@@ -96,6 +111,7 @@ class Generation:
     n_rows: int = 0  # sequences passed through the network, summed over calls
     steps: int = 0  # sampling steps actually run (a decoder's T is capped at the length)
     step_logits: list[torch.Tensor] = field(default_factory=list)  # filled when recording
+    method: str = ""
 
 
 # ---- step schedules ----------------------------------------------------------------------------

@@ -18,7 +18,6 @@ from models.families.base import COMMON_OPTIONS
 # Option keys shown first in labels, in this order; other options follow as key=value.
 LABEL_KEYS = ("target_pe", "loss", "ema", "order")
 PAPER_EMA = 0.9999  # AO-GPT's EMA rate (scxue/AO-GPT-MDM configs; REFERENCES.md)
-PAPER_L2R_MIX = "mix:0.1"  # AO-GPT's "CL_0.1": 10 % of sequences left-to-right
 
 # The network options every family shares (the core's): a study setting, not a family's.
 NETWORK_KEYS = tuple(COMMON_OPTIONS)
@@ -108,20 +107,16 @@ def network_name(options: dict[str, Any]) -> str:
     return ",".join(f"{key}={value}" for key, value in chosen.items())
 
 
-# The default variant of each family (`--families ar,aogpt` without a preset): formulation only;
+# The default variant of each family (`--families ar,aogpt` without a preset), as each family
+# declares it (`FamilySpec.default_arm` in its module), in the registry's order: formulation only;
 # network and EMA come from the study.
-DEFAULT_ARMS: dict[str, Arm] = {
-    "ar": Arm("ar"),
-    "aogpt": Arm("aogpt", {"target_pe": "adaln", "order": PAPER_L2R_MIX}),
-    "sigma_gpt": Arm("sigma_gpt", {"target_pe": "input", "order": "uniform"}),
-    "mdm": Arm("mdm", {"loss": "mdlm"}),
-}
+DEFAULT_ARMS: dict[str, Arm] = {name: Arm(name, cls.SPEC.default_arm) for name, cls in models.FAMILIES.items()}
 
 
 def default_arm(family: str) -> Arm:
     """The family's default variant; unknown family -> ValueError naming the valid ones."""
     check_family(family)
-    return DEFAULT_ARMS.get(family, Arm(family))
+    return DEFAULT_ARMS[family]
 
 
 def check_family(family: str) -> None:

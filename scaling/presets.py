@@ -13,9 +13,7 @@ from typing import Any
 
 from models.ladder import GPT3_RUNGS
 
-from .arms import DEFAULT_ARMS, NETWORKS, PAPER_EMA, PAPER_L2R_MIX, Arm
-
-FAMILY_ORDER = ("ar", "aogpt", "sigma_gpt", "mdm")
+from .arms import DEFAULT_ARMS, NETWORKS, PAPER_EMA, Arm
 
 CPU_BASE: dict[str, Any] = {
     "sizes": ["0.1M", "0.3M", "1M"], "seeds": 2, "tokenizer": "bytes", "corpus": "shakespeare",
@@ -43,13 +41,14 @@ def base_for(sizes: list[str]) -> dict[str, Any]:
 
 
 def _family_arms() -> list[Arm]:
-    return [DEFAULT_ARMS[family] for family in FAMILY_ORDER]
+    """Every registered family's default arm, in the registry's order."""
+    return list(DEFAULT_ARMS.values())
 
 
 def _aogpt(factors: dict[str, Any], **changes: Any) -> Arm:
-    """An AO-GPT arm: the paper's defaults (adaln, mix:0.1) with some changed; `ema=` overrides
-    the study's rate (an ablated factor)."""
-    options = {"target_pe": "adaln", "order": PAPER_L2R_MIX, **changes}
+    """An AO-GPT arm: its default (the paper's adaln, mix:0.1) with some options changed; `ema=`
+    overrides the study's rate (an ablated factor)."""
+    options = {**dict(DEFAULT_ARMS["aogpt"].options), **changes}
     ema = options.pop("ema", None)
     return Arm("aogpt", options, ema, factors)
 

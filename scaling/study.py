@@ -20,12 +20,13 @@ from jobs.datasets import check_eval_suite, parse_eval_suite
 from jobs.tokenizers import get_encoding
 from jobs.spec import ENGINES, HASHED_FIELDS, RunSpec, ZERO_STAGES, canonical_json
 from jobs.tracking import check_tracking
+from models.families import JUDGE_FAMILY
 from models.ladder import core_params, get_shape, parse_sizes
 
 from jobs.suites import SUITES
 
-from .arms import Arm, arm_from_dict, check_ema, check_family, default_arm, network_options, resolve_arm
-from .presets import FAMILY_ORDER, base_for, preset_settings
+from .arms import DEFAULT_ARMS, Arm, arm_from_dict, check_ema, check_family, default_arm, network_options, resolve_arm
+from .presets import base_for, preset_settings
 from .recipes import Budget, schedule
 
 DEFAULT_EVAL_SUITE = "quick"
@@ -154,7 +155,7 @@ def _arms(settings: dict[str, Any]) -> list[Arm]:
     arms = [a if isinstance(a, Arm) else arm_from_dict(a) for a in settings.get("arms", [])]
     families = _as_list(settings["families"]) if settings.get("families") else None
     if families is None:
-        return arms or [default_arm(f) for f in FAMILY_ORDER]
+        return arms or list(DEFAULT_ARMS.values())
     for family in families:
         check_family(family)
     kept = [arm for arm in arms if arm.family in families]
@@ -243,7 +244,7 @@ def _judge(settings: dict, seeds: int, network: dict, ema: float, budget: Budget
         raise StudyError(f"eval_suite: unknown suite {suite!r}; valid: {', '.join(SUITES)}")
     if choice != "auto" or not SUITES[suite].generate:
         return None
-    arm = default_arm("ar")
+    arm = default_arm(JUDGE_FAMILY)
     largest = max(settings["sizes"], key=lambda size: core_params(get_shape(size)))
     return _cell(arm, resolve_arm(arm, network), ema, largest, seeds, settings, budget, name, role="judge")
 
@@ -259,7 +260,7 @@ def _judge_dir(settings: dict) -> str:
     except (OSError, ValueError):
         raise StudyError(f"judge: {choice} is not a run directory with a valid spec.json; pass an AR run "
                          "directory to --judge-run, or 'auto'") from None
-    if other.family != "ar" or other.tokenizer != settings["tokenizer"]:
+    if other.family != JUDGE_FAMILY or other.tokenizer != settings["tokenizer"]:
         raise StudyError(f"judge: {choice} is a {other.family} run with tokenizer {other.tokenizer!r}; the "
                          f"judge must be an AR run with tokenizer {settings['tokenizer']!r}")
     return str(path)

@@ -7,19 +7,24 @@ attention over slots. How the target position enters (`target_pe`, paper Fig. 6/
   input          target embedding (width d) added once to the input (σ-GPT)
   layer_shared   the same target embedding added before every block
   layer_distinct a separate target embedding per block
-`sigma_gpt` is this family with σ-GPT's defaults: `input` injection, LayerNorm, tied head,
-uniform orders (EMA off is a run rule).
+`sigma_gpt` (sigma_gpt.py) is this family with σ-GPT's defaults. Span scoring uses the order
+[prefix, suffix, span left to right]; sampling decodes k positions per step along a random order
+with a KV cache (models.sampling.generate_aogpt).
 """
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import sampling as sm
 from ..orders import parse_order, sample_orders
-from .base import COMMON_OPTIONS, FamilyModel, choice, positive_int
+from .base import COMMON_OPTIONS, FamilyModel, FamilySpec, choice, positive_int
 
 TARGET_PE = ("adaln", "input", "layer_shared", "layer_distinct")
+PAPER_L2R_MIX = "mix:0.1"  # AO-GPT's "CL_0.1": 10 % of sequences left-to-right (scxue/AO-GPT-MDM)
 
 
 def _valid_order(value) -> bool:
@@ -34,11 +39,13 @@ class AOGPT(FamilyModel):
     family = "aogpt"
     OPTIONS = {
         **COMMON_OPTIONS,
-        "order": ("mix:0.1", (_valid_order, "l2r, r2l, uniform, mix:P, fixed:SEED or blockwise:B")),
+        "order": (PAPER_L2R_MIX, (_valid_order, "l2r, r2l, uniform, mix:P, fixed:SEED or blockwise:B")),
         "target_pe": ("adaln", choice(*TARGET_PE)),
         "cond_dim": (128, positive_int()),  # AO-GPT's target-embedding width for AdaLN
     }
     GROUP_PREFIXES = {"target_cond": ("tpe",)}
+    SPEC = FamilySpec(metrics=("l2r", "perm_mc", "ctx_ensemble"), infill_context="prefix_suffix",
+                      default_arm={"target_pe": "adaln", "order": PAPER_L2R_MIX})
 
     def __init__(self, shape, vocab_size, seq_len, options):
         mode = options["target_pe"]
@@ -101,10 +108,32 @@ class AOGPT(FamilyModel):
         return self.nll(tokens, order).mean()
 
 
-class SigmaGPT(AOGPT):
-    family = "sigma_gpt"
-    OPTIONS = {
-        **AOGPT.OPTIONS,
-        "order": ("uniform", AOGPT.OPTIONS["order"][1]),
-        "target_pe": ("input", AOGPT.OPTIONS["target_pe"][1]),
-    }
+    # ---- capabilities --------------------------------------------------------------------
+    def span_logits(self, tokens: torch.Tensor, a: int, b: int) -> torch.Tensor:
+        """Logits [B, b-a, V] for x_a..x_{b-1} under the order [prefix, suffix, span]."""
+        B, L = tokens.shape
+        return self(tokens, infill_order(L, a, b, B, tokens.device))[:, L - (b - a):]
+
+    def sample(self, request: sm.Request, generator=None) -> sm.Generation:
+        """Any-order decoding with a KV cache along a uniform order, `steps` (at most the length)
+        steps of the request's schedule (`aogpt_kv_<schedule>`)."""
+        out = sm.generate_aogpt(self, request.n_samples, request.length, min(request.steps, request.length),
+                                request.schedule, request.sampling, generator)
+        out.method = f"aogpt_kv_{request.schedule}"
+        return out
+
+    @torch.no_grad()
+    def decode_order_nll(self, n_samples: int, length: int, tokens_per_step: int, sampling: sm.Sampling,
+                         generator=None) -> tuple[torch.Tensor, int]:
+        """(joint NLL per sample [N], steps run) of samples decoded `tokens_per_step` tokens per
+        step (linear schedule), scored by this model along their decode order: the cost of the
+        factorised parallel step against one token per step (exact ancestral sampling)."""
+        out = sm.generate_aogpt(self, n_samples, length, math.ceil(length / tokens_per_step), "linear",
+                                sampling, generator)
+        return self.nll(out.tokens, out.order).mean(1), len(out.counts)
+
+
+def infill_order(length: int, a: int, b: int, batch: int, device=None) -> torch.Tensor:
+    """The order [prefix, suffix, span left to right] as a LongTensor [batch, length]."""
+    order = torch.cat([torch.arange(a), torch.arange(b, length), torch.arange(a, b)])
+    return order.to(device).expand(batch, length).clone()

@@ -3,6 +3,7 @@
 Input slots are [S, x_0, ..., x_{L-2}] (S = a learned start token at position 0, token x_i at
 position i+1), causal attention, tied head; slot j predicts x_j. Like AO-GPT, all L tokens are
 scored (the first one from the start slot), so per-token losses of the two are comparable.
+Span scoring sees the prefix only; sampling is left to right with a KV cache, one token per step.
 """
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import COMMON_OPTIONS, FamilyModel
+from .. import sampling as sm
+from .base import COMMON_OPTIONS, FamilyModel, FamilySpec
 
 
 class AR(FamilyModel):
     family = "ar"
     OPTIONS = dict(COMMON_OPTIONS)
+    SPEC = FamilySpec(metrics=("l2r",), infill_context="prefix_only", steps_are_length=True)
 
     def __init__(self, shape, vocab_size, seq_len, options):
         super().__init__(shape, vocab_size, seq_len, options)
@@ -44,3 +47,14 @@ class AR(FamilyModel):
 
     def loss(self, tokens, generator=None):
         return self.nll(tokens).mean()
+
+    # ---- capabilities --------------------------------------------------------------------
+    def span_logits(self, tokens: torch.Tensor, a: int, b: int) -> torch.Tensor:
+        """Logits [B, b-a, V] for x_a..x_{b-1} from the prefix x_{<i} alone."""
+        return self(tokens)[:, a:b]
+
+    def sample(self, request: sm.Request, generator=None) -> sm.Generation:
+        """Left to right with a KV cache (`ar_kv`), one token per step whatever `steps` says."""
+        out = sm.generate_ar(self, request.n_samples, request.length, request.sampling, generator)
+        out.method = "ar_kv"
+        return out

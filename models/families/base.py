@@ -1,12 +1,18 @@
-"""What all families share: option validation, token embeddings, the head, parameter groups.
+"""What all families share: option validation, token embeddings, the head, parameter groups, and
+the form of a family's declaration.
 
-A family subclass declares its options (`OPTIONS`: name -> (default, validator)), builds its
-embeddings and conditioning, and implements `loss(tokens, generator)`. Parameter groups are
-declared by module name prefix so `count_params` can account for every parameter exactly once.
+A family is one module: its model class (a `FamilyModel` subclass) declares its options
+(`OPTIONS`: name -> (default, validator)), builds its embeddings and conditioning, implements
+`loss(tokens, generator)` and the capability methods (`CAPABILITIES`: span scoring, sampling,
+...), and carries a `FamilySpec` (`SPEC`) of plain values for everything else the rest of aoscale
+reads: its likelihood metrics, its infilling context and its default arm. Nothing outside
+`models/families` names a family. Parameter groups are declared by module name prefix so
+`count_params` can account for every parameter exactly once.
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -63,6 +69,55 @@ def shapes_only():
             setattr(nn.init, name, fn)
 
 
+# Likelihood metric groups a family may declare (`FamilySpec.metrics`); jobs.evaluate computes each:
+#   l2r           nll_l2r and bpb_l2r, exact (from `span_logits` over the whole sequence)
+#   perm_mc       nll_anyorder over K uniform permutations (models.likelihood.anyorder_draws)
+#   ctx_ensemble  nll_ensemble, context-order ensembling (models.likelihood.ensemble_logprobs)
+#   elbo          nll_elbo_* bounds and nll_anyorder = the default bound (models.likelihood.mdm_elbo_draws)
+METRIC_GROUPS = ("l2r", "perm_mc", "ctx_ensemble", "elbo")
+# What an infilling prediction conditions on (the `estimator` of infill rows).
+INFILL_CONTEXTS = ("prefix_only", "prefix_suffix")
+# Capability methods a family's model class may implement; None on FamilyModel means "not provided".
+#   span_logits(tokens, a, b)       logits [B, b-a, V] predicting x_a..x_{b-1} left to right from
+#                                   everything outside the span plus the span's prefix (l2r, LAMBADA, infilling)
+#   sample(request, generator)      a `models.sampling.Generation` for a `models.sampling.Request`,
+#                                   its `method` label set (generation)
+#   decode_order_nll(n_samples, length, tokens_per_step, sampling, generator)
+#                                   (per-sample NLL [N] of samples decoded k tokens per step, scored
+#                                   along their decode order; steps run): generation's gen_self_nll
+CAPABILITIES = ("span_logits", "sample", "decode_order_nll")
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """A family's declaration of plain values, read by evaluation, generation and study planning.
+
+    `metrics`: the likelihood metric groups evaluation reports for it (METRIC_GROUPS), in row
+    order. `infill_context`: what its infilling conditions on (INFILL_CONTEXTS). `default_arm`:
+    the formulation options of its default variant in a study (its label derives from them,
+    `scaling.arms.make_label`). `steps_are_length`: its sampler makes one step per token, so the
+    step counts asked of generation do not apply (it runs `length` steps once).
+    """
+
+    metrics: tuple[str, ...]
+    infill_context: str
+    default_arm: tuple[tuple[str, Any], ...] = ()
+    steps_are_length: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = [m for m in self.metrics if m not in METRIC_GROUPS]
+        if unknown or not self.metrics:
+            raise ValueError(f"metrics: {unknown or 'none'} declared; each must be one of {list(METRIC_GROUPS)}")
+        if self.infill_context not in INFILL_CONTEXTS:
+            raise ValueError(f"infill_context: {self.infill_context!r} must be one of {list(INFILL_CONTEXTS)}")
+        object.__setattr__(self, "default_arm", tuple(sorted(dict(self.default_arm).items())))
+
+
+def capabilities(family: type[FamilyModel]) -> tuple[str, ...]:
+    """The capability methods (CAPABILITIES) a family's model class provides."""
+    return tuple(name for name in CAPABILITIES if getattr(family, name, None) is not None)
+
+
 def resolve_options(family: str, schema: dict, given: dict) -> dict[str, Any]:
     """Defaults overlaid with `given`; unknown names and invalid values are ValueErrors."""
     unknown = sorted(set(given) - set(schema))
@@ -82,6 +137,8 @@ class FamilyModel(nn.Module):
 
     family = "base"
     OPTIONS: dict[str, tuple[Any, tuple[Validator, str]]] = {}
+    SPEC: FamilySpec  # the family's declaration (metrics, infilling context, default arm)
+    span_logits = sample = decode_order_nll = None  # capability methods a family may provide (CAPABILITIES)
     GROUP_PREFIXES: dict[str, tuple[str, ...]] = {}
     n_extra_tokens = 0  # rows of the token table beyond the vocabulary (e.g. the MDM mask)
     MODULATION_GROUP = "target_cond"  # which group the core's adaLN projections belong to

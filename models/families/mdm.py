@@ -7,7 +7,8 @@ through, so only masked positions carry loss. Objectives (all mean nats per toke
   kdce  k ~ U{1..L} masked uniformly at random, weight L/k                   (RADD's any-order form)
   sedd  score entropy for the absorbing process, log-linear noise, σ(t) via adaLN (SEDD)
 `time_cond` feeds the noise level (t, k/L or σ̄(t)) through a sinusoid -> MLP -> adaLN; it is on
-by default only for `sedd`.
+by default only for `sedd`. Span scoring masks x_{i..b-1} to predict x_i; sampling reverses the
+absorbing process (models.sampling.generate_mdm: ancestral, or SEDD's analytic/Euler samplers).
 """
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import COMMON_OPTIONS, FamilyModel, boolean, choice, positive_int
+from .. import sampling as sm
+from ..likelihood import mask_tokens, mdm_level, row_chunks
+from .base import COMMON_OPTIONS, FamilyModel, FamilySpec, boolean, choice, positive_int
 
 LOSSES = ("mdlm", "kdce", "sedd")
 NOISE_EPS = 1e-3  # log-linear schedule floor, as in SEDD/MDLM
@@ -41,6 +44,7 @@ class MDM(FamilyModel):
     GROUP_PREFIXES = {"time_cond": ("time_mlp",)}
     MODULATION_GROUP = "time_cond"
     n_extra_tokens = 1
+    SPEC = FamilySpec(metrics=("l2r", "elbo"), infill_context="prefix_suffix", default_arm={"loss": "mdlm"})
 
     def __init__(self, shape, vocab_size, seq_len, options):
         if options["time_cond"] is None:
@@ -80,6 +84,37 @@ class MDM(FamilyModel):
 
     def loss(self, tokens, generator=None):
         return LOSS_FNS[self.options["loss"]](self, tokens, generator)
+
+    # ---- capabilities --------------------------------------------------------------------
+    def span_logits(self, tokens: torch.Tensor, a: int, b: int) -> torch.Tensor:
+        """Logits [B, b-a, V]: one forward per span position i with x_{i..b-1} masked (rows
+        batched in chunks)."""
+        B, L = tokens.shape
+        span = torch.arange(a, b, device=tokens.device)
+        rows = tokens.repeat_interleave(b - a, dim=0)  # [B*S, L], row r predicts span[r % S]
+        target = span.repeat(B)
+        pos = torch.arange(L, device=tokens.device)
+        mask = (pos[None] >= target[:, None]) & (pos[None] < b)
+        x_t = mask_tokens(self, rows, mask)
+        level = mdm_level(self, mask.float().mean(1))
+        out = []
+        for sl in row_chunks(len(rows), L * self.vocab_size, rows.device):
+            logits = self(x_t[sl], None if level is None else level[sl])
+            out.append(logits[torch.arange(logits.shape[0]), target[sl]])
+        return torch.cat(out).view(B, b - a, -1)
+
+    def default_sampler(self) -> str:
+        """SEDD's analytic sampler for a `sedd` model, MDLM's ancestral one otherwise."""
+        return "analytic" if self.options["loss"] == "sedd" else "ancestral"
+
+    def sample(self, request: sm.Request, generator=None) -> sm.Generation:
+        """Reverse diffusion in `steps` steps with the request's sampler (None: the default);
+        `method` is the sampler's name."""
+        sampler = request.sampler or self.default_sampler()
+        out = sm.generate_mdm(self, request.n_samples, request.length, request.steps, sampler, request.sampling,
+                              generator)
+        out.method = sampler
+        return out
 
 
 def _mdlm_loss(model: MDM, tokens, generator):
