@@ -42,13 +42,9 @@ from jobs.tokenizers import get_encoding
 from models import likelihood as lk
 from models.ladder import core_params, get_shape
 
-# Model options of each family's quickstart arm (scaling.arms' defaults, EMA left to the study).
-FAMILY_OPTIONS = {
-    "ar": {},
-    "aogpt": {"target_pe": "adaln", "order": "mix:0.1"},
-    "sigma_gpt": {"target_pe": "input", "order": "uniform"},
-    "mdm": {"loss": "mdlm"},
-}
+# Model options of each family's quickstart arm: its declared default arm (scaling.arms'
+# DEFAULT_ARMS), EMA left to the study.
+FAMILY_OPTIONS = {name: dict(cls.SPEC.default_arm) for name, cls in models.FAMILIES.items()}
 # Reference single-thread throughput on an idle core (issue 14: AO-GPT 1M at seq 64 x batch 16
 # trains at ~14k tokens/s); projected times scale it by the ratios timed side by side here.
 REFERENCE_TOKENS_PER_S = ("aogpt", "1M", 14_000.0)

@@ -60,7 +60,7 @@ class GenSettings:
     seed: int = GEN_SEED
 
 
-def request(gs: GenSettings, length: int, steps: int) -> sm.Request:
+def _request(gs: GenSettings, length: int, steps: int) -> sm.Request:
     """The family's sampling request for one step count."""
     return sm.Request(gs.n_samples, length, steps, gs.schedule, gs.sampler, gs.sampling)
 
@@ -148,7 +148,7 @@ def generation_rows(model, spec, ctx: dict, run_dir: Path, seed: int = GEN_SEED,
         g = torch.Generator(model.wte.weight.device).manual_seed(gs.seed * 1_000_003 + steps)
         start = time.perf_counter()
         with placement(spec).autocast():
-            out = model.sample(request(gs, length, steps), g)
+            out = model.sample(_request(gs, length, steps), g)
         _synchronize(model)
         elapsed = time.perf_counter() - start
         if not out.method:

@@ -107,22 +107,23 @@ def network_name(options: dict[str, Any]) -> str:
     return ",".join(f"{key}={value}" for key, value in chosen.items())
 
 
-# The default variant of each family (`--families ar,aogpt` without a preset), as each family
-# declares it (`FamilySpec.default_arm` in its module), in the registry's order: formulation only;
-# network and EMA come from the study.
-DEFAULT_ARMS: dict[str, Arm] = {name: Arm(name, cls.SPEC.default_arm) for name, cls in models.FAMILIES.items()}
-
-
 def default_arm(family: str) -> Arm:
-    """The family's default variant; unknown family -> ValueError naming the valid ones."""
+    """The family's default variant, as its module declares it (`FamilySpec.default_arm`):
+    formulation only; network and EMA come from the study. Unknown family -> ValueError naming
+    the valid ones."""
     check_family(family)
-    return DEFAULT_ARMS[family]
+    return Arm(family, models.FAMILIES[family].SPEC.default_arm)
 
 
 def check_family(family: str) -> None:
     """Unknown family -> ValueError naming the valid ones."""
     if family not in models.FAMILIES:
         raise ValueError(f"families: unknown family {family!r}; valid: {', '.join(models.FAMILIES)}")
+
+
+# Every registered family's default arm (`--families ar,aogpt` without a preset), in the
+# registry's order.
+DEFAULT_ARMS: dict[str, Arm] = {name: default_arm(name) for name in models.FAMILIES}
 
 
 def resolve_arm(arm: Arm, network: dict[str, Any]) -> dict[str, Any]:
