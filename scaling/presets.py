@@ -68,20 +68,22 @@ QUICKSTART: dict[str, Any] = {
     "eval_suite": "cpu",
 }
 QUICKSTART_FAMILIES = ("ar", "aogpt", "mdm")
-# Laptop study (docs/results/quickstart-tuning.md): 4 sizes x 3 seeds, budgets proportional to
-# size (12 tokens per core parameter: 1.2M tokens at 0.1M ... 11.9M at 1M; Chinchilla's 20 would
-# take ~2.8 h), the quickstart's sequence length, batch, lr and warm-up, one network and EMA off
-# for every family. Projected: ~1.7 h on 2 idle cores, two runs at a time (its reference run is
-# still to be made: docs/results/quickstart-tuning.md).
+# Laptop study (docs/results/quickstart-tuning.md, "Measured throughput"): 4 sizes x 3 seeds,
+# budgets proportional to size (12 tokens per core parameter: 0.66M tokens at 2/48/2 ... 4.0M at
+# 0.3M; Chinchilla's 20 would take ~2 h), the quickstart's sequence length, batch, lr and warm-up,
+# one network and EMA off for every family. Sizes span 6x in core parameters (55k ... 332k): one
+# thread trains 0.3M at ~8k tokens/s and 1M at ~3k, so 1M at 12 tokens/param alone would take
+# ~1 h per family and seed. Projected from side-by-side throughput: ~70 min on 2 idle cores.
+LAPTOP_TOKENS_PER_PARAM = 12.0
 LAPTOP: dict[str, Any] = {
-    "sizes": ["0.1M", "0.3M", "4/112/4", "1M"], "seeds": 3, "tokens_per_param": 12.0,
-    "seq_len": 32, "batch_size": 32, "lr": 3e-3, "warmup_steps": 100, "ema": 0.0,
-    "network": "gpt2", "eval_suite": "cpu",
+    "sizes": ["2/48/2", "0.1M", "3/80/2", "0.3M"], "seeds": 3,
+    "tokens_per_param": LAPTOP_TOKENS_PER_PARAM, "seq_len": 32, "batch_size": 32, "lr": 3e-3,
+    "warmup_steps": 100, "ema": 0.0, "network": "gpt2", "eval_suite": "cpu",
 }
 
 
 def laptop() -> dict[str, Any]:
-    """AR, AO-GPT and MDLM at 4 sizes x 3 seeds, budgets proportional to size, ~1.7 h on 2 cores."""
+    """AR, AO-GPT and MDLM at 4 sizes x 3 seeds, budgets proportional to size, ~70 min on 2 cores."""
     return {**CPU_BASE, **LAPTOP, "arms": [DEFAULT_ARMS[f] for f in QUICKSTART_FAMILIES]}
 
 
