@@ -247,8 +247,39 @@ def test_a_study_network_and_ema_apply_to_every_family():
             for c in study.cells} == {("rmsnorm", True, False, 0.99)}
     with pytest.raises(StudyError, match="^network: unknown network"):
         build_study(flags(sizes="0.1M", network="resnet"))
+    with pytest.raises(StudyError, match=r"^network: pos = 'alibi' is invalid; expected one of \['learned', 'rope'\]"):
+        build_study(flags(sizes="0.1M", network="gpt2,pos=alibi"))
     with pytest.raises(StudyError, match="^ema: "):
         build_study(flags(sizes="0.1M", ema=1.5))
+
+
+@pytest.mark.parametrize("network", ["gpt2,pos=rope", "pos=rope", {"pos": "rope"}, "official,pos=rope"])
+def test_rotary_positions_are_a_network_setting_every_family_shares(network):
+    from scaling.arms import network_name
+
+    base = "official" if str(network).startswith("official") else "gpt2"
+    families = "ar,aogpt,sigma_gpt,mdm"
+    study = build_study(flags(sizes="0.1M", seeds=1, families=families, network=network))
+    default = build_study(flags(sizes="0.1M", seeds=1, families=families, network=base))
+    assert {c.spec.options["pos"] for c in study.cells} == {"rope"}
+    assert {c.spec.options["pos"] for c in default.cells} == {"learned"}
+    assert {network_name(c.spec.options) for c in study.cells} == {f"{base},pos=rope"}  # the dry-run's column
+    assert {c.spec.variant for c in study.cells} == {c.spec.variant for c in default.cells}  # a study setting
+    assert not set(study.run_ids) & set(default.run_ids)
+
+
+def test_learned_positions_leave_run_ids_as_they_were_before_the_option():
+    spec = build_study(flags(sizes="0.1M", seeds=1, families="aogpt")).cells[0].spec
+    assert spec.options["pos"] == "learned"
+    before = spec.replace(model_options={k: v for k, v in spec.options.items() if k != "pos"})
+    assert spec.run_id == before.run_id
+    assert spec.replace(model_options={**spec.options, "pos": "rope"}).run_id != spec.run_id
+
+
+def test_the_pos_preset_crosses_each_family_with_both_encodings():
+    study = build_study(flags(preset="pos", sizes="0.1M", seeds=1))
+    seen = {(c.spec.family, dict(c.factors)["pos"]): c.spec.options["pos"] for c in study.cells}
+    assert seen == {(f, p): p for f in ("ar", "aogpt", "mdm") for p in ("learned", "rope")}
 
 
 def test_a_changed_option_default_changes_the_run_id_and_a_resource_does_not(monkeypatch):
