@@ -104,6 +104,14 @@ def network() -> dict[str, Any]:
     return {"arms": arms}
 
 
+def pos() -> dict[str, Any]:
+    """AR, AO-GPT and MDLM with learned absolute positions vs rotary ones (RoPE), on GPT-2's network."""
+    networks = {pos: "gpt2" if pos == "learned" else f"gpt2,pos={pos}" for pos in ("learned", "rope")}
+    arms = [Arm(DEFAULT_ARMS[f].family, DEFAULT_ARMS[f].options, factors={"network": net, "pos": pos}, network=net)
+            for f in QUICKSTART_FAMILIES for pos, net in networks.items()]
+    return {"arms": arms}
+
+
 def pe() -> dict[str, Any]:
     """Target-position injection: adaln, input, layer_shared, layer_distinct (paper Fig. 6/7)."""
     modes = ("adaln", "input", "layer_shared", "layer_distinct")
@@ -138,8 +146,8 @@ def factorial() -> dict[str, Any]:
 
 
 PRESETS: dict[str, Callable[[], dict[str, Any]]] = {
-    "quickstart": quickstart, "laptop": laptop, "paper": paper, "network": network, "pe": pe, "ema": ema, "l2r-mix": l2r_mix,
-    "orders": orders, "factorial": factorial,
+    "quickstart": quickstart, "laptop": laptop, "paper": paper, "network": network, "pos": pos, "pe": pe,
+    "ema": ema, "l2r-mix": l2r_mix, "orders": orders, "factorial": factorial,
 }
 
 
