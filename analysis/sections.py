@@ -122,7 +122,7 @@ def ablation_section(variants: pl.DataFrame, options: dict[str, pl.DataFrame], f
     return out
 
 
-NETWORK_OPTIONS = ("opt_norm", "opt_qk_norm", "opt_tie_head", "opt_ema")  # spec.json fields shown per arm
+NETWORK_OPTIONS = ("opt_norm", "opt_qk_norm", "opt_tie_head", "opt_pos", "opt_ema")  # spec.json fields shown per arm
 
 
 def protocol_section(records: pl.DataFrame, options: pl.DataFrame | None, weights: str) -> list[Block]:

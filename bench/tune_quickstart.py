@@ -69,6 +69,7 @@ class Grid:
     val_chunks: int
     ensemble_chunks: int
     m_max: int
+    pos: str = "learned"  # every family's position encoding (the shared `pos` model option)
 
     @property
     def tokens(self) -> int:
@@ -77,8 +78,9 @@ class Grid:
 
 
 def run_name(grid: Grid, family: str, size: str, seed: int) -> str:
+    pos = "" if grid.pos == "learned" else f"-{grid.pos}"  # learned runs keep their names
     return (f"{family}-{size}-s{seed}-n{grid.steps}-lr{grid.lr:g}-w{grid.warmup}-L{grid.seq_len}"
-            f"-b{grid.batch_size}-ema{grid.ema:g}")
+            f"-b{grid.batch_size}-ema{grid.ema:g}{pos}")
 
 
 def train(grid: Grid, family: str, size: str, seed: int, root: Path) -> Path:
@@ -90,7 +92,8 @@ def train(grid: Grid, family: str, size: str, seed: int, root: Path) -> Path:
            "--size", size, "--steps", str(grid.steps), "--lr", str(grid.lr), "--warmup", str(grid.warmup),
            "--seq-len", str(grid.seq_len), "--batch-size", str(grid.batch_size), "--seed", str(seed),
            "--ema", str(grid.ema), "--eval-every", str(grid.eval_every), "--log-every", "50"]
-    for key, value in FAMILY_OPTIONS[family].items():
+    pos = {} if grid.pos == "learned" else {"pos": grid.pos}
+    for key, value in {**FAMILY_OPTIONS[family], **pos}.items():
         cmd += ["--set", f"{key}={json.dumps(value)}"]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return run_dir
@@ -266,6 +269,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--ema", type=float, default=0.0)
+    p.add_argument("--pos", default="learned", help="position encoding of every family: learned or rope")
     p.add_argument("--eval-every", type=int, default=250)
     p.add_argument("--val-chunks", type=int, default=1024)
     p.add_argument("--ensemble-chunks", type=int, default=32)
@@ -283,7 +287,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     grid = Grid(tuple(a.families.split(",")), tuple(a.sizes.split(",")), a.seeds, a.steps, a.lr, a.warmup,
-                a.seq_len, a.batch_size, a.ema, a.eval_every, a.val_chunks, a.ensemble_chunks, a.m_max)
+                a.seq_len, a.batch_size, a.ema, a.eval_every, a.val_chunks, a.ensemble_chunks, a.m_max, a.pos)
     root = Path(a.out)
     for seed in range(0 if a.no_train else grid.seeds):
         for size in grid.sizes:

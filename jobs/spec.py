@@ -86,6 +86,8 @@ class RunSpec:
         """sha256 of the canonical JSON of the result-changing fields, first 12 hex digits."""
         hashed = {name: _plain(getattr(self, name)) for name in HASHED_FIELDS
                   if LATE_DEFAULTS.get(name, _NO_DEFAULT) != getattr(self, name)}
+        hashed["model_options"] = {key: value for key, value in hashed["model_options"].items()
+                                   if LATE_OPTION_DEFAULTS.get(key, _NO_DEFAULT) != value}
         return hashlib.sha256(canonical_json(hashed).encode()).hexdigest()[:12]
 
     def replace(self, **changes: Any) -> "RunSpec":
@@ -130,6 +132,9 @@ ROLES = ("compared", "judge")
 # Hashed fields added after run ids were first handed out: at these defaults they stay out of the
 # hash, so every run id from before they existed is unchanged.
 LATE_DEFAULTS: dict[str, Any] = {"text_field": "text"}
+# Model options added after run ids were first handed out, at their defaults (models' option
+# schemas): left out of the hash the same way. pos: the position encoding (learned | rope).
+LATE_OPTION_DEFAULTS: dict[str, Any] = {"pos": "learned"}
 _NO_DEFAULT = object()
 HASHED_FIELDS = tuple(f.name for f in dataclasses.fields(RunSpec) if f.name not in UNHASHED_FIELDS)
 

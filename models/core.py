@@ -16,7 +16,7 @@ import math
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +26,8 @@ from . import kernels
 from .modulation import ChunkProjection, modulation_rows, mul_add
 
 NORMS = ("layernorm", "rmsnorm")
+POSITIONS = ("learned", "rope")  # absolute learned table (GPT-2, AO-GPT) | rotary (Su et al. 2021)
+ROPE_BASE = 10000.0  # RoPE's θ base (Su et al. 2021, RoFormer §3.2.2)
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class CoreConfig:
     qk_norm: bool = False
     bias: bool = True
     cond_dim: int = 0  # > 0: adaptive LayerNorm driven by a cond vector of this width
+    pos: str = "learned"  # "rope": queries and keys rotated by their positions in every block
 
 
 def make_norm(kind: str, dim: int, bias: bool = True) -> nn.Module:
@@ -46,6 +49,39 @@ def make_norm(kind: str, dim: int, bias: bool = True) -> nn.Module:
     if kind == "layernorm":
         return nn.LayerNorm(dim, eps=1e-5, bias=bias)
     return nn.RMSNorm(dim, eps=1e-5)
+
+
+def rope_angles(positions: torch.Tensor, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos, sin) [..., T, hd] of RoPE for integer positions [..., T]: pair i (features i and
+    i + hd/2, the "rotate half" layout) turns by position·ROPE_BASE^(-2i/hd)."""
+    half = head_dim // 2
+    freqs = ROPE_BASE ** (-torch.arange(half, device=positions.device, dtype=torch.float32) * 2 / head_dim)
+    angles = positions.to(torch.float32)[..., None] * freqs  # [..., T, hd/2]
+    angles = torch.cat([angles, angles], -1)
+    return angles.cos(), angles.sin()
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [B, H, T, hd] rotated pairwise by angles (cos, sin) [B|1, 1, T, hd] (RoPE)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+class Rotary(NamedTuple):
+    """A pass's RoPE angles: queries turned by `q` (cos, sin), keys by `k`, each [B|1, 1, T, hd]
+    (a named tuple: torch.compile traces it as plain tensors)."""
+
+    q: tuple[torch.Tensor, torch.Tensor]
+    k: tuple[torch.Tensor, torch.Tensor]
+
+    @classmethod
+    def at(cls, query_positions: torch.Tensor, key_positions: torch.Tensor, head_dim: int) -> "Rotary":
+        """Angles for integer positions [T] or [B, T] of the queries and of the keys."""
+        def angles(positions):
+            cos, sin = rope_angles(positions if positions.dim() == 2 else positions[None], head_dim)
+            return cos[:, None], sin[:, None]  # [B|1, 1, T, hd]
+        k = angles(key_positions)
+        return cls(k if query_positions is key_positions else angles(query_positions), k)
 
 
 class KVCache:
@@ -105,10 +141,13 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
         hd = cfg.d_model // cfg.n_head
+        if cfg.pos == "rope" and hd % 2:
+            raise ValueError(f"pos: rope needs an even head width, got d_model/n_head = {hd}")
         self.q_norm = make_norm("rmsnorm", hd) if cfg.qk_norm else None
         self.k_norm = make_norm("rmsnorm", hd) if cfg.qk_norm else None
 
-    def forward(self, x, attn_mask=None, is_causal=False, cache=None, layer=0):
+    def forward(self, x, attn_mask=None, is_causal=False, cache=None, layer=0, rotary=None):
+        """x [B, T, d]; `rotary` (RoPE angles) turns queries and keys before the cache stores them."""
         B, T, d = x.shape
         q, k, v = self.qkv(x).split(d, dim=-1)  # (under autograd, a permute + unbind here
         # would cost two copies of the gradient where split's backward makes one)
@@ -116,6 +155,8 @@ class Attention(nn.Module):
         q, k, v = (t.view(B, T, self.n_head, d // self.n_head).transpose(1, 2) for t in (q, k, v))
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
+        if rotary is not None:
+            q, k = rotate(q, *rotary.q), rotate(k, *rotary.k)
         if cache is not None:
             k, v = cache.extend(layer, k, v)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
@@ -147,13 +188,14 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
         self.modulation = ChunkProjection(cfg.cond_dim, 6, cfg.d_model) if cfg.cond_dim else None
 
-    def forward(self, x, mod=None, attn_mask=None, is_causal=False, cache=None, layer=0):
+    def forward(self, x, mod=None, attn_mask=None, is_causal=False, cache=None, layer=0, rotary=None):
         """x: the residual stream [B, T, d]; mod: six [B|1, T|1, d] rows or None."""
         if mod is None:
-            x = x + self.attn(self.norm1(x), attn_mask, is_causal, cache, layer)
+            x = x + self.attn(self.norm1(x), attn_mask, is_causal, cache, layer, rotary)
             return x + self.mlp(self.norm2(x))
         shift1, scale1, gate1, shift2, scale2, gate2 = mod
-        x = mul_add(x, gate1, self.attn(mul_add(shift1, self.norm1(x), scale1), attn_mask, is_causal, cache, layer))
+        h = mul_add(shift1, self.norm1(x), scale1)
+        x = mul_add(x, gate1, self.attn(h, attn_mask, is_causal, cache, layer, rotary))
         return mul_add(x, gate2, self.mlp(mul_add(shift2, self.norm2(x), scale2)))
 
 
@@ -200,14 +242,17 @@ class Transformer(nn.Module):
         self._compiled = _CompiledOrEager(self._stack, compiler)
 
     def forward(self, x, *, cond=None, cond_index=None, tables=None, adds=None, attn_mask=None,
-                is_causal=False, cache=None):
+                is_causal=False, cache=None, positions=None):
         """x: [B, T, d]; cond: raw conditioning (SiLU applied here), either per token [B, T|1, c]
         or, with `cond_index` [B, T], a table [P, c] whose row cond_index[b, t] conditions token
         (b, t): the projections then run once per table row instead of once per token. `tables`
         are precomputed `modulation_tables` (then `cond` is not needed), per block or packed into
         one [6·L + 2, P, d]. adds: per-block tensors broadcastable to x, added before each block.
+        positions: with `pos = "rope"`, the (query, key) positions [T] or [B, T] the rows are
+        rotated by; default: both the rows' own places after the cache (0, 1, ... without one).
         Returns the final norm's output [B, T, d]."""
-        step = dict(tables=tables, index=cond_index, adds=adds, attn_mask=attn_mask, is_causal=is_causal)
+        step = dict(tables=tables, index=cond_index, adds=adds, attn_mask=attn_mask, is_causal=is_causal,
+                    rotary=self.rotary(x, cache, positions))
         if cache is not None and self._decoder is not None and self._decoder.covers(x, cond=cond, **step):
             return self._decoder(x, cache, None if tables is None else tables[0], cond_index, attn_mask)
         if tables is None and cond is not None:
@@ -221,14 +266,24 @@ class Transformer(nn.Module):
             return backend.forward(self, x, **step)
         rows = None if tables is None else [r for table in tables for r in modulation_rows(table, cond_index)]
         stack = self._compiled if compiled else self._stack
-        return stack(x, rows, adds, attn_mask, is_causal, cache)
+        return stack(x, rows, adds, attn_mask, is_causal, step["rotary"], cache)
 
-    def _stack(self, x, rows, adds, attn_mask, is_causal, cache=None):
+    def rotary(self, x: torch.Tensor, cache: KVCache | None, positions) -> Rotary | None:
+        """The pass's RoPE angles (None with learned positions): see `forward`'s `positions`."""
+        if self.cfg.pos != "rope":
+            return None
+        if positions is None:
+            start = 0 if cache is None else cache.length
+            own = torch.arange(start, start + x.shape[1], device=x.device)
+            positions = (own, own)
+        return Rotary.at(*positions, self.cfg.d_model // self.cfg.n_head)
+
+    def _stack(self, x, rows, adds, attn_mask, is_causal, rotary=None, cache=None):
         """The eager pass: every block, then the final norm (rows: 6 per block, then 2)."""
         for i, block in enumerate(self.blocks):
             if adds is not None:
                 x = x + adds[i]
-            x = block(x, None if rows is None else rows[6 * i:6 * i + 6], attn_mask, is_causal, cache, i)
+            x = block(x, None if rows is None else rows[6 * i:6 * i + 6], attn_mask, is_causal, cache, i, rotary)
         if rows is None:
             return self.norm(x)
         shift, scale = rows[-2:]

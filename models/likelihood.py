@@ -231,7 +231,7 @@ def _slot_logprobs(model, tokens, orders, slots) -> torch.Tensor:
     T = int(slots.max()) + 1
     ordered = tokens.gather(1, orders)
     x = torch.cat([model.start_slot(R), model.slot_inputs(ordered[:, :T - 1], orders[:, :T - 1])], 1)
-    h = model.hidden(x, orders[:, :T], is_causal=True)
+    h = model.hidden(x, orders[:, :T], model.slot_sources(orders, 0, T), is_causal=True)
     rows = torch.arange(R, device=tokens.device)
     logp = F.log_softmax(model.logits_from_hidden(h[rows, slots][:, None])[:, 0].float(), -1)
     return logp.gather(1, ordered[rows, slots][:, None])[:, 0]

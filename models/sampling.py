@@ -239,8 +239,10 @@ def aogpt_step_logits(model, tokens, order, j: int, k: int, cache: KVCache | Non
     queries = _query_inputs(model, tokens, order, j, k)
     x = queries if real is None else torch.cat([real, queries], 1)
     targets = order[:, c:j + k]
+    own = model.slot_sources(order, c, j + 1)  # real slots c..j-1, then slot j's (every query's)
+    sources = torch.cat([own[:, :-1], own[:, -1:].expand(-1, k)], 1)
     mask = decode_mask(c, j - c, k, tokens.device) if j - c + k > 1 else None  # one query sees all
-    h = model.hidden(x, targets, attn_mask=mask, cache=cache, tables=tables)
+    h = model.hidden(x, targets, sources, attn_mask=mask, cache=cache, tables=tables)
     if cache is not None:
         cache.commit(j - c + 1)
     return model.logits_from_hidden(h[:, j - c:])

@@ -1,7 +1,8 @@
 """Arms: one family with one variant (its formulation options), inside a study's network and EMA.
 
-A study crosses arms with sizes and seeds. The network (norm, QK-norm, head tying: the options
-every family shares) and the EMA rate are study settings applied to every arm alike (DESIGN §7);
+A study crosses arms with sizes and seeds. The network (norm, QK-norm, head tying, position
+encoding: the options every family shares) and the EMA rate are study settings applied to every
+arm alike (DESIGN §7);
 an arm overrides them only explicitly (`network=`, network keys in `options`, or `ema=`), and the
 override shows in its label. Each arm carries a human label (the `RunSpec.variant`, e.g.
 `adaln+mix:0.1`) and, for ablations, its factor levels (`pe`, `ema`, `l2r_mix`, `order`,
@@ -21,12 +22,14 @@ PAPER_EMA = 0.9999  # AO-GPT's EMA rate (scxue/AO-GPT-MDM configs; REFERENCES.md
 
 # The network options every family shares (the core's): a study setting, not a family's.
 NETWORK_KEYS = tuple(COMMON_OPTIONS)
-# Named networks. gpt2: LayerNorm, tied head (Radford et al. 2019; the families' defaults).
-# official: the AO-GPT code's RMSNorm (eps 1e-5), per-head QK RMSNorm, untied head with bias
-# (scxue/AO-GPT-MDM; REFERENCES.md).
+_GPT2 = {key: default for key, (default, _) in COMMON_OPTIONS.items()}
+# Named networks. gpt2: LayerNorm, tied head, learned positions (Radford et al. 2019; the
+# families' defaults). official: the AO-GPT code's RMSNorm (eps 1e-5), per-head QK RMSNorm,
+# untied head with bias, learned positions (scxue/AO-GPT-MDM; REFERENCES.md). Either takes
+# overrides: `gpt2,pos=rope` is GPT-2's network with rotary positions (see `network_options`).
 NETWORKS: dict[str, dict[str, Any]] = {
-    "gpt2": {key: default for key, (default, _) in COMMON_OPTIONS.items()},
-    "official": {"norm": "rmsnorm", "qk_norm": True, "tie_head": False},
+    "gpt2": _GPT2,
+    "official": {**_GPT2, "norm": "rmsnorm", "qk_norm": True, "tie_head": False},
 }
 
 
@@ -59,7 +62,7 @@ class Arm:
 
     def model_options(self, network: dict[str, Any]) -> dict[str, Any]:
         """The options this arm builds its model with: the study's network, then the arm's own."""
-        own = NETWORKS[self.network] if self.network else {}
+        own = network_options(self.network) if self.network else {}
         return {**network, **own, **dict(self.options)}
 
     def ema_rate(self, study_ema: float) -> float:
@@ -86,25 +89,49 @@ def make_label(options: dict[str, Any], ema: float | None, factors: dict[str, An
 
 
 def network_options(value: Any) -> dict[str, Any]:
-    """A study's `network` setting (a name in NETWORKS or a table of NETWORK_KEYS) as options."""
+    """A `network` setting as options: a name in NETWORKS, a name with overrides
+    (`gpt2,pos=rope`; `pos=rope` alone starts from gpt2), or a table of NETWORK_KEYS."""
     if isinstance(value, str):
-        if value not in NETWORKS:
-            raise ValueError(f"network: unknown network {value!r}; valid: {', '.join(NETWORKS)} "
-                             f"or a table of {', '.join(NETWORK_KEYS)}")
-        return dict(NETWORKS[value])
+        parts = value.split(",")
+        name, *pairs = ["gpt2", *parts] if "=" in parts[0] else parts
+        if name not in NETWORKS:
+            raise ValueError(f"network: unknown network {name!r}; valid: {', '.join(NETWORKS)}, optionally "
+                             f"followed by ,key=value overrides of {', '.join(NETWORK_KEYS)} (e.g. gpt2,pos=rope)")
+        overrides = dict(_override(pair) for pair in pairs)
+        return {**NETWORKS[name], **_checked(overrides)}
     if not isinstance(value, dict) or set(value) - set(NETWORK_KEYS):
         raise ValueError(f"network: expected a name ({', '.join(NETWORKS)}) or a table with keys "
                          f"{', '.join(NETWORK_KEYS)}; got {value!r}")
-    return {**NETWORKS["gpt2"], **value}
+    return {**NETWORKS["gpt2"], **_checked(value)}
+
+
+def _override(pair: str) -> tuple[str, Any]:
+    """`key=value` of a network string; true/false are booleans."""
+    key, sep, text = pair.partition("=")
+    if not sep or key not in NETWORK_KEYS:
+        raise ValueError(f"network: {pair!r} is not an override key=value with a key of {', '.join(NETWORK_KEYS)}")
+    return key, {"true": True, "false": False}.get(text.lower(), text)
+
+
+def _checked(options: dict[str, Any]) -> dict[str, Any]:
+    """Network options whose values every family accepts (COMMON_OPTIONS' validators)."""
+    for key, value in options.items():
+        check, expected = COMMON_OPTIONS[key][1]
+        if not check(value):
+            raise ValueError(f"network: {key} = {value!r} is invalid; expected {expected}")
+    return options
 
 
 def network_name(options: dict[str, Any]) -> str:
-    """The name of the network these resolved options use, or `key=value,...` when unnamed."""
-    chosen = {key: options.get(key) for key in NETWORK_KEYS}
-    for name, network in NETWORKS.items():
-        if network == chosen:
-            return name
-    return ",".join(f"{key}={value}" for key, value in chosen.items())
+    """The name of the network these resolved options use, with `,key=value` for what differs
+    from it (the named network differing least: `gpt2,pos=rope`)."""
+    chosen = {key: options.get(key, default) for key, (default, _) in COMMON_OPTIONS.items()}
+
+    def differing(name: str) -> list[str]:
+        return [f"{key}={value}" for key, value in chosen.items() if NETWORKS[name][key] != value]
+
+    name = min(NETWORKS, key=lambda n: len(differing(n)))
+    return ",".join([name, *differing(name)])
 
 
 def default_arm(family: str) -> Arm:
@@ -130,8 +157,8 @@ def resolve_arm(arm: Arm, network: dict[str, Any]) -> dict[str, Any]:
     """Every model option of the arm's runs, defaults included (what run ids hash); ValueError
     naming the option when one is unknown or invalid (no model built)."""
     check_family(arm.family)
-    if arm.network is not None and arm.network not in NETWORKS:
-        raise ValueError(f"network: unknown network {arm.network!r} in an arm; valid: {', '.join(NETWORKS)}")
+    if arm.network is not None:
+        network_options(arm.network)  # ValueError naming the arm's network when it is unknown
     schema = models.FAMILIES[arm.family].OPTIONS
     try:
         return models.families.base.resolve_options(arm.family, schema, arm.model_options(network))

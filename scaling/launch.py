@@ -66,7 +66,8 @@ def parser() -> argparse.ArgumentParser:
     add("--warmup-steps", type=int_arg)
     add("--max-steps", type=int_arg, help="cap every run's steps (changes run ids; smoke tests)")
     add("--network", help="the network every family trains on: gpt2 (LayerNorm, tied head) or official "
-                          "(AO-GPT's RMSNorm + QK-norm + untied head); default: the preset's")
+                          "(AO-GPT's RMSNorm + QK-norm + untied head), both with learned positions, "
+                          "optionally with overrides: gpt2,pos=rope (rotary positions); default: the preset's")
     add("--ema", type=float_arg, help="EMA rate applied to every family (0 = off; default: the preset's)")
     add("--judge-run", dest="judge", help="AR run directory that scores generated samples "
                                           "(default: a dedicated judge run when the suite generates)")

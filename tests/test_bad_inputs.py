@@ -283,7 +283,8 @@ LAUNCH_CASES = [
     C("launch", [*LAUNCH, "--study-dir", ""], "study-dir"),
     C("launch", ["--sizes", "760M", "--seeds", "1", "--families", "ar", "--study-dir", "new_study"], "budget"),
     C("launch", [*LAUNCH, "--sizes", "1/40000/1", "--study-dir", "new_study"], "size"),
-    L(["--network", "weird"], "network"), L(["--ema", "1.5"], "ema"), L(["--ema", "nan"], "--ema"),
+    L(["--network", "weird"], "network"), L(["--network", "gpt2,pos=alibi"], "network"),
+    L(["--network", "gpt2,rope"], "network"), L(["--ema", "1.5"], "ema"), L(["--ema", "nan"], "--ema"),
     L(["--judge-run", ""], "judge"), L(["--bogus"], "unrecognized"), L(["--slurm-partition", "gpu"], "slurm"),
 ]
 STATUS_CASES = [

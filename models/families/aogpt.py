@@ -7,6 +7,10 @@ attention over slots. How the target position enters (`target_pe`, paper Fig. 6/
   input          target embedding (width d) added once to the input (σ-GPT)
   layer_shared   the same target embedding added before every block
   layer_distinct a separate target embedding per block
+With `pos = "rope"` there is no position table: in every block a slot's query is rotated by its
+target position σj and its key by its own token's position σ(j-1) (the start slot's by 0, tokens'
+by position + 1), so attention sees target-to-context distances; the target conditioning above
+stays as it is.
 `sigma_gpt` (sigma_gpt.py) is this family with σ-GPT's defaults. Span scoring uses the order
 [prefix, suffix, span left to right]; sampling decodes k positions per step along a random order
 with a KV cache (models.sampling.generate_aogpt).
@@ -60,10 +64,16 @@ class AOGPT(FamilyModel):
     # ---- inputs --------------------------------------------------------------------------
     def slot_inputs(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Embeddings of real-token slots: token plus its own position: [B, T, d]."""
-        return self.wte(tokens) + self.wpe(positions + 1)
+        return self.with_position(self.wte(tokens), positions + 1)
 
     def start_slot(self, batch: int) -> torch.Tensor:
-        return (self.start + self.wpe.weight[0]).expand(batch, 1, -1)
+        return self.start_vector().expand(batch, 1, -1)
+
+    def slot_sources(self, order: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+        """Own positions [B, hi - lo] of slots lo..hi-1 in position-table rows: 0 for the start
+        slot (slot 0), order[:, m - 1] + 1 for slot m (the token it holds)."""
+        rows = order[:, max(lo, 1) - 1:hi - 1] + 1
+        return torch.cat([rows.new_zeros(len(order), 1), rows], 1) if lo == 0 < hi else rows
 
     def conditioning(self, targets: torch.Tensor) -> dict:
         """Core keyword arguments that inject target positions [B, T] per `target_pe`."""
@@ -83,10 +93,13 @@ class AOGPT(FamilyModel):
             return None
         return [torch.cat(self.core.modulation_tables(self.tpe[0].weight))]
 
-    def hidden(self, x: torch.Tensor, targets: torch.Tensor, **core_kwargs) -> torch.Tensor:
-        """Run the core on slot embeddings x [B, T, d] conditioned on targets [B, T]."""
+    def hidden(self, x: torch.Tensor, targets: torch.Tensor, sources: torch.Tensor, **core_kwargs) -> torch.Tensor:
+        """Run the core on slot embeddings x [B, T, d] conditioned on targets [B, T]; `sources`
+        [B, T] are the slots' own positions (`slot_sources`), which RoPE rotates keys by."""
         if self.options["target_pe"] == "input":
             x = x + self.tpe[0](targets)
+        if self.rope:
+            core_kwargs["positions"] = (targets + 1, sources)  # queries: target, keys: own position
         return self.core(x, **self.conditioning(targets), **core_kwargs)
 
     # ---- objective -----------------------------------------------------------------------
@@ -95,7 +108,8 @@ class AOGPT(FamilyModel):
         self.check_tokens(tokens)
         ordered = tokens.gather(1, order)  # [B, L] tokens in decoding order
         x = torch.cat([self.start_slot(tokens.shape[0]), self.slot_inputs(ordered[:, :-1], order[:, :-1])], 1)
-        return self.logits_from_hidden(self.hidden(x, order, is_causal=True))
+        sources = self.slot_sources(order, 0, tokens.shape[1])
+        return self.logits_from_hidden(self.hidden(x, order, sources, is_causal=True))
 
     def nll(self, tokens: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
         """Per-slot NLL [B, L]: entry j is -log p(x_{σj} | x_{σ<j}) under the given order."""

@@ -1,7 +1,8 @@
 """`ar`: the left-to-right GPT-2 baseline.
 
 Input slots are [S, x_0, ..., x_{L-2}] (S = a learned start token at position 0, token x_i at
-position i+1), causal attention, tied head; slot j predicts x_j. Like AO-GPT, all L tokens are
+position i+1), causal attention, tied head; slot j predicts x_j. With `pos = "rope"` slot j's
+query and key are both rotated by j (its own place; the core's default). Like AO-GPT, all L tokens are
 scored (the first one from the start slot), so per-token losses of the two are comparable.
 Span scoring sees the prefix only; sampling is left to right with a KV cache, one token per step.
 """
@@ -28,11 +29,11 @@ class AR(FamilyModel):
     def embed(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """Embeddings of input slots for tokens at positions offset, offset+1, ...: [B, T, d]."""
         positions = torch.arange(offset, offset + tokens.shape[1], device=tokens.device) + 1
-        return self.wte(tokens) + self.wpe(positions)
+        return self.with_position(self.wte(tokens), positions)
 
     def start_slot(self, batch: int) -> torch.Tensor:
         """The start slot's embedding [B, 1, d]."""
-        return (self.start + self.wpe.weight[0]).expand(batch, 1, -1)
+        return self.start_vector().expand(batch, 1, -1)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Logits [B, L, V]; slot j predicts tokens[:, j] from tokens[:, :j]."""

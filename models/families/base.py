@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core import NORMS, CoreConfig, Transformer, column_major, init_weights
+from ..core import NORMS, POSITIONS, CoreConfig, Transformer, column_major, init_weights
 from ..ladder import Shape
 
 Validator = Callable[[Any], bool]
@@ -42,6 +42,9 @@ COMMON_OPTIONS: dict[str, tuple[Any, tuple[Validator, str]]] = {
     "norm": ("layernorm", choice(*NORMS)),
     "qk_norm": (False, boolean()),
     "tie_head": (True, boolean()),
+    # learned: an absolute position table added to the inputs (GPT-2, the AO-GPT paper); rope:
+    # no table, queries and keys rotated in every block (`FamilyModel.rope_positions` says by what)
+    "pos": ("learned", choice(*POSITIONS)),
 }
 
 GROUPS = ("embedding", "core", "target_cond", "time_cond", "head")
@@ -133,7 +136,8 @@ def resolve_options(family: str, schema: dict, given: dict) -> dict[str, Any]:
 
 
 class FamilyModel(nn.Module):
-    """Base of every family: one core, a token table, learned positions and a head."""
+    """Base of every family: one core, a token table, positions (a learned table, or RoPE in the
+    core) and a head."""
 
     family = "base"
     OPTIONS: dict[str, tuple[Any, tuple[Validator, str]]] = {}
@@ -146,11 +150,13 @@ class FamilyModel(nn.Module):
     def __init__(self, shape: Shape, vocab_size: int, seq_len: int, options: dict, cond_dim: int = 0):
         super().__init__()
         self.shape, self.vocab_size, self.seq_len, self.options = shape, vocab_size, seq_len, options
+        self.rope = options["pos"] == "rope"
         cfg = CoreConfig(shape.n_layer, shape.d_model, shape.n_head, options["norm"], options["qk_norm"],
-                         cond_dim=cond_dim)
+                         cond_dim=cond_dim, pos="rope" if self.rope else "learned")
         self.core = Transformer(cfg)
         self.wte = nn.Embedding(vocab_size + self.n_extra_tokens, shape.d_model)
-        self.wpe = nn.Embedding(seq_len + 1, shape.d_model)  # slot 0 is the start slot's position
+        # slot 0 is the start slot's position; with RoPE the core turns queries and keys instead
+        self.wpe = None if self.rope else nn.Embedding(seq_len + 1, shape.d_model)
         self.head = None if options["tie_head"] else nn.Linear(shape.d_model, vocab_size, bias=True)
         self._decode_head: tuple[torch.Tensor, torch.Tensor | None] | None = None  # see decoding
 
@@ -159,6 +165,15 @@ class FamilyModel(nn.Module):
             init_weights(self, self.shape.n_layer)
 
     # ---- shared pieces -------------------------------------------------------------------
+    def with_position(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Input embeddings x plus the learned embeddings of `positions` (table rows: 0 is the
+        start slot's, token i's is i + 1); x itself with RoPE (positions enter the core)."""
+        return x if self.wpe is None else x + self.wpe(positions)
+
+    def start_vector(self) -> torch.Tensor:
+        """The start slot's input [d]: the learned start token at position 0."""
+        return self.start if self.wpe is None else self.start + self.wpe.weight[0]
+
     def logits_from_hidden(self, h: torch.Tensor) -> torch.Tensor:
         """[B, T, d] -> [B, T, V]; never scores rows beyond the vocabulary (e.g. the mask)."""
         if self._decode_head is not None:

@@ -60,7 +60,7 @@ class MDM(FamilyModel):
     def forward(self, x_t: torch.Tensor, level: torch.Tensor | None = None) -> torch.Tensor:
         """Logits [B, L, V] over real tokens for a partly masked x_t [B, L]; level [B] noise level."""
         positions = torch.arange(1, x_t.shape[1] + 1, device=x_t.device)
-        x = self.wte(x_t) + self.wpe(positions)
+        x = self.with_position(self.wte(x_t), positions)  # RoPE: the core rotates by 0, 1, ...
         cond = None
         if self.time_mlp is not None:
             cond = self.time_mlp(_sinusoid(level, TIME_FREQ_DIM)).unsqueeze(1)  # [B, 1, c]

@@ -35,10 +35,11 @@ def _norm_args(norm: nn.Module, x: torch.Tensor) -> tuple:
 class CPUKernels:
     """Whole forward passes of adaLN cores and whole decoding steps, on the CPU in float32."""
 
-    def covers(self, core, x, tables, index, adds, attn_mask, is_causal) -> bool:
+    def covers(self, core, x, tables, index, adds, attn_mask, is_causal, rotary) -> bool:
         """An uncached pass of an adaLN core (`tables` given) over >= FUSED_MIN_ROWS rows, with
         no per-block adds, float32 CPU inputs, tables and parameters, LayerNorm or RMSNorm norms,
-        an int64 index (if any), outside autocast and torch.compile."""
+        an int64 index (if any), outside autocast and torch.compile. Either position encoding:
+        attention runs in the core's own modules (RoPE included)."""
         if tables is None or adds is not None or x.shape[:-1].numel() < FUSED_MIN_ROWS:
             return False
         if index is not None and index.dtype != torch.int64:
@@ -47,7 +48,7 @@ class CPUKernels:
         return (plain_cpu_pass() and _cpu_float32(x, *tables, *core.parameters())
                 and all(isinstance(n, NORM_TYPES) for n in norms))
 
-    def forward(self, core, x, tables, index, adds, attn_mask, is_causal) -> torch.Tensor:
+    def forward(self, core, x, tables, index, adds, attn_mask, is_causal, rotary) -> torch.Tensor:
         """The core's pass: each norm is computed with the residual update that feeds it, in one
         kernel call (chunks per block: shift, 1 + scale, gate for attention, then for the MLP;
         then the final norm's shift, 1 + scale)."""
@@ -57,7 +58,7 @@ class CPUKernels:
         for i, block in enumerate(blocks):
             k = 6 * i
             next_norm = blocks[i + 1].norm1 if i + 1 < len(blocks) else core.norm
-            y = block.attn(h, attn_mask, is_causal)
+            y = block.attn(h, attn_mask, is_causal, rotary=rotary)
             x, h = residual_norm(x, y, index, chunks[k + 2], chunks[k + 4], chunks[k + 3], *_norm_args(block.norm2, x))
             y = block.mlp(h)
             x, h = residual_norm(x, y, index, chunks[k + 5], chunks[k + 7], chunks[k + 6], *_norm_args(next_norm, x))
@@ -65,9 +66,10 @@ class CPUKernels:
 
     def decoder(self, core) -> Decoder | None:
         """The decoding step for this core's current weights, or None where decode.c does not
-        cover it (weights not float32 on the CPU, norms with different eps)."""
+        cover it (weights not float32 on the CPU, norms with different eps, rotary positions:
+        decode.c has no RoPE, so such cores decode through the eager modules)."""
         norms = [m for m in core.modules() if isinstance(m, NORM_TYPES)]
-        if not _cpu_float32(*core.parameters()) or len({m.eps for m in norms}) != 1:
+        if core.cfg.pos != "learned" or not _cpu_float32(*core.parameters()) or len({m.eps for m in norms}) != 1:
             return None
         return Decoder(core)
 

@@ -59,11 +59,11 @@ class Decoder:
         self.eps = eps if eps is not None else torch.finfo(torch.float32).eps
         self.center = isinstance(core.norm, nn.LayerNorm)
 
-    def covers(self, x, cond, tables, index, adds, attn_mask, is_causal) -> bool:
+    def covers(self, x, cond, tables, index, adds, attn_mask, is_causal, rotary) -> bool:
         """A step decode.c computes: float32 CPU rows outside autograd, autocast and compile, no
-        per-block adds, an explicit mask [new rows, keys] shared by the batch (or none), and
-        adaLN (if any) from one packed table [6·L + 2, P, d] of float32 rows with an index."""
-        if torch.is_grad_enabled() or adds is not None or is_causal or not plain_cpu_pass():
+        per-block adds, no RoPE, an explicit mask [new rows, keys] shared by the batch (or none),
+        and adaLN (if any) from one packed table [6·L + 2, P, d] of float32 rows with an index."""
+        if torch.is_grad_enabled() or adds is not None or is_causal or rotary is not None or not plain_cpu_pass():
             return False
         if x.dtype != torch.float32 or x.device.type != "cpu" or (attn_mask is not None and attn_mask.dim() != 2):
             return False

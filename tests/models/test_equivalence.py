@@ -13,10 +13,10 @@ L, V = 4, 3
 X = torch.tensor([[2, 0, 1, 2]])
 
 
-@pytest.fixture(scope="module")
-def mdm():
+@pytest.fixture(scope="module", params=["learned", "rope"])
+def mdm(request):
     torch.manual_seed(0)
-    model = build_model("mdm", "1/16/2", vocab_size=V, seq_len=L, eps=0.0).double()
+    model = build_model("mdm", "1/16/2", vocab_size=V, seq_len=L, eps=0.0, pos=request.param).double()
     with torch.no_grad():  # sharpen the random conditionals so the terms differ visibly
         model.wte.weight.mul_(20)
     return model.eval()
@@ -82,9 +82,10 @@ def test_monte_carlo_losses_converge_to_the_exact_value(mdm, loss):
     assert abs(mean - exact) < 4 * se + 1e-9, (loss, mean, exact, se)
 
 
-def test_aogpt_uniform_loss_converges_to_the_permutation_average():
+@pytest.mark.parametrize("pos", ["learned", "rope"])
+def test_aogpt_uniform_loss_converges_to_the_permutation_average(pos):
     torch.manual_seed(1)
-    model = build_model("aogpt", "1/16/2", vocab_size=V, seq_len=L, order="uniform").double().eval()
+    model = build_model("aogpt", "1/16/2", vocab_size=V, seq_len=L, order="uniform", pos=pos).double().eval()
     orders = torch.tensor(list(itertools.permutations(range(L))))
     with torch.no_grad():
         exact = model.nll(X.expand(len(orders), L), orders).mean().item()

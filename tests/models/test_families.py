@@ -29,9 +29,10 @@ def test_ar_slot_depends_only_on_earlier_tokens():
             assert not torch.allclose(a[:, t + 1 :], b[:, t + 1 :])
 
 
+@pytest.mark.parametrize("pos", ["learned", "rope"])
 @pytest.mark.parametrize("target_pe", ["adaln", "input", "layer_shared", "layer_distinct"])
-def test_aogpt_slot_depends_on_context_set_and_target_only(target_pe):
-    model = build_model("aogpt", "0.1M", vocab_size=V, seq_len=L, target_pe=target_pe).eval()
+def test_aogpt_slot_depends_on_context_set_and_target_only(target_pe, pos):
+    model = build_model("aogpt", "0.1M", vocab_size=V, seq_len=L, target_pe=target_pe, pos=pos).eval()
     x = _tokens(1)
     order = torch.stack([torch.randperm(L, generator=torch.Generator().manual_seed(s)) for s in (2, 3)])
     j = 4

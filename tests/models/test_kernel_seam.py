@@ -33,7 +33,7 @@ def _assert_close(a, b, rtol, atol):
 
 @needs_kernels
 @pytest.mark.parametrize("family, options", [("aogpt", {}), ("aogpt", {"norm": "rmsnorm", "qk_norm": True}),
-                                             ("mdm", {"loss": "sedd"})])
+                                             ("aogpt", {"pos": "rope"}), ("mdm", {"loss": "sedd"})])
 def test_training_passes_give_the_same_loss_and_gradients_with_the_kernels_on_and_off(family, options, monkeypatch):
     model = build_model(family, "0.1M", vocab_size=V, seq_len=L, **options)
     tokens = torch.randint(0, V, (16, L), generator=torch.Generator().manual_seed(2))
@@ -74,7 +74,7 @@ def test_a_pass_the_kernels_do_not_cover_runs_eagerly_with_the_same_values(case,
 @needs_kernels
 @pytest.mark.parametrize("family, options, covered", [
     ("ar", {}, True), ("aogpt", {}, True), ("aogpt", {"norm": "rmsnorm", "qk_norm": True, "tie_head": False}, True),
-    ("aogpt", {"target_pe": "layer_distinct"}, False)])
+    ("aogpt", {"target_pe": "layer_distinct"}, False), ("ar", {"pos": "rope"}, False), ("aogpt", {"pos": "rope"}, False)])
 def test_decoding_gives_the_same_logits_with_the_kernels_on_and_off(family, options, covered, monkeypatch):
     model = build_model(family, "0.1M", vocab_size=V, seq_len=L, **options).eval()
     calls = _count(monkeypatch, Decoder, "__call__")

@@ -90,7 +90,7 @@ def test_toml_arms_table(tmp_path):
     study = build_study({}, load_toml(path))
     (cell,) = study.cells
     assert cell.spec.options == {"target_pe": "input", "order": "l2r", "cond_dim": 128, "norm": "layernorm",
-                                 "qk_norm": False, "tie_head": True}  # defaults resolved
+                                 "qk_norm": False, "tie_head": True, "pos": "learned"}  # defaults resolved
     assert cell.spec.ema == 0.99 and cell.spec.variant == "input+ema0.99+l2r"
 
 
@@ -155,7 +155,7 @@ def test_paper_preset_is_the_ao_gpt_recipe():
     assert {(s.weight_decay, s.beta2, s.min_lr_ratio) for s in specs} == {(0.05, 0.95, 0.1)}
     aogpt = next(s for s in specs if s.family == "aogpt")
     assert aogpt.options == {"norm": "rmsnorm", "qk_norm": True, "tie_head": False, "cond_dim": 128,
-                             "target_pe": "adaln", "order": "mix:0.1"}
+                             "target_pe": "adaln", "order": "mix:0.1", "pos": "learned"}  # learned positions, as the paper
     for spec in specs:  # every family on the official network with EMA 0.9999
         assert (spec.options["norm"], spec.options["qk_norm"], spec.options["tie_head"], spec.ema) == \
             ("rmsnorm", True, False, 0.9999)
@@ -247,8 +247,39 @@ def test_a_study_network_and_ema_apply_to_every_family():
             for c in study.cells} == {("rmsnorm", True, False, 0.99)}
     with pytest.raises(StudyError, match="^network: unknown network"):
         build_study(flags(sizes="0.1M", network="resnet"))
+    with pytest.raises(StudyError, match=r"^network: pos = 'alibi' is invalid; expected one of \['learned', 'rope'\]"):
+        build_study(flags(sizes="0.1M", network="gpt2,pos=alibi"))
     with pytest.raises(StudyError, match="^ema: "):
         build_study(flags(sizes="0.1M", ema=1.5))
+
+
+@pytest.mark.parametrize("network", ["gpt2,pos=rope", "pos=rope", {"pos": "rope"}, "official,pos=rope"])
+def test_rotary_positions_are_a_network_setting_every_family_shares(network):
+    from scaling.arms import network_name
+
+    base = "official" if str(network).startswith("official") else "gpt2"
+    families = "ar,aogpt,sigma_gpt,mdm"
+    study = build_study(flags(sizes="0.1M", seeds=1, families=families, network=network))
+    default = build_study(flags(sizes="0.1M", seeds=1, families=families, network=base))
+    assert {c.spec.options["pos"] for c in study.cells} == {"rope"}
+    assert {c.spec.options["pos"] for c in default.cells} == {"learned"}
+    assert {network_name(c.spec.options) for c in study.cells} == {f"{base},pos=rope"}  # the dry-run's column
+    assert {c.spec.variant for c in study.cells} == {c.spec.variant for c in default.cells}  # a study setting
+    assert not set(study.run_ids) & set(default.run_ids)
+
+
+def test_learned_positions_leave_run_ids_as_they_were_before_the_option():
+    spec = build_study(flags(sizes="0.1M", seeds=1, families="aogpt")).cells[0].spec
+    assert spec.options["pos"] == "learned"
+    before = spec.replace(model_options={k: v for k, v in spec.options.items() if k != "pos"})
+    assert spec.run_id == before.run_id
+    assert spec.replace(model_options={**spec.options, "pos": "rope"}).run_id != spec.run_id
+
+
+def test_the_pos_preset_crosses_each_family_with_both_encodings():
+    study = build_study(flags(preset="pos", sizes="0.1M", seeds=1))
+    seen = {(c.spec.family, dict(c.factors)["pos"]): c.spec.options["pos"] for c in study.cells}
+    assert seen == {(f, p): p for f in ("ar", "aogpt", "mdm") for p in ("learned", "rope")}
 
 
 def test_a_changed_option_default_changes_the_run_id_and_a_resource_does_not(monkeypatch):
