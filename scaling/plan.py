@@ -29,7 +29,10 @@ VOCAB_SIZES = {"bytes": 257, "gpt2": 50257}
 H100_BF16_DENSE_FLOPS = 989e12  # NVIDIA H100 SXM datasheet: dense BF16 tensor-core peak, FLOP/s
 DEFAULT_MFU = 0.40  # a well-tuned dense transformer's model FLOPs utilisation (PaLM reports 46 %)
 GPU_NAME = "H100 SXM bf16"
-CPU_FLOPS_PER_CORE = 75e9  # ~150 GFLOP/s effective fp32 training throughput on 2 cores
+# Effective fp32 training throughput of one thread at CPU-study widths: 11 GFLOP/s at 2/48/2,
+# 18 at 0.3M, 19.5 at 1M (seq 32 x batch 32, bench/tune_quickstart.py speed table; small matmuls
+# run far below the ~175 GFLOP/s matmul peak). 20 GFLOP/s slightly under-estimates tiny rungs.
+CPU_FLOPS_PER_CORE = 20e9
 CPU_REFUSE_HOURS = 12.0  # a local CPU plan longer than this is refused without --force
 S_PER_HOUR = 3600.0
 

@@ -54,39 +54,45 @@ def _aogpt(factors: dict[str, Any], **changes: Any) -> Arm:
     return Arm("aogpt", options, ema, factors)
 
 
-# Quickstart (docs/results/quickstart-tuning.md): AR, AO-GPT (adaLN, mix:0.1) and MDLM at 0.3M and
-# 0.6M (4/112/4), 2 seeds, EMA off for every family, 2,000 steps of 32 sequences x 32 bytes
-# (2,048,000 tokens per run), peak lr 3e-3 (the width rule's cap) after 100 warm-up steps. At seq
-# 64 AO-GPT stays on the unigram plateau for 1,000+ steps; at seq 32 and 2,000 steps AO-GPT 0.3M
-# ends 0.317 nats/byte below it (0.1M: only 0.238, hence no 0.1M). Projected: ~8.4 min on 2 idle
-# cores, two runs at a time. The `cpu` suite scores 1,024 validation windows: the quick suite's 8
-# put the unigram baseline 0.45 nats above the whole split's.
-QUICKSTART_TOKENS = 2000 * 32 * 32
+# Quickstart (docs/results/quickstart-tuning.md): AR, AO-GPT (adaLN, mix:0.1) and MDLM at 0.1M and
+# 0.3M, 2 seeds, EMA off, rotary positions for every family (network gpt2,pos=rope), 600 steps of
+# 32 sequences x 32 bytes (614,400 tokens per run), peak lr 3e-3 (the width rule's cap) after 60
+# warm-up steps. With learned positions AO-GPT needs ~2,000 steps to end 0.3 nats/byte below the
+# unigram baseline (3.4x this budget: ~34 min here); with RoPE, 600 steps take AO-GPT 0.1M 0.64 and
+# MDLM 0.1M 0.47 below it. Measured: one thread trains 0.1M at ~19k tokens/s and 0.3M at ~8k. The
+# `cpu` suite scores 1,024 validation windows: the quick suite's 8 put the unigram baseline 0.45
+# nats above the whole split's.
+QUICKSTART_NETWORK = "gpt2,pos=rope"
+QUICKSTART_STEPS = 600
+QUICKSTART_TOKENS = QUICKSTART_STEPS * 32 * 32
 QUICKSTART: dict[str, Any] = {
-    "sizes": ["0.3M", "4/112/4"], "seeds": 2, "tokens": QUICKSTART_TOKENS, "seq_len": 32,
-    "batch_size": 32, "lr": 3e-3, "warmup_steps": 100, "ema": 0.0, "network": "gpt2",
+    "sizes": ["0.1M", "0.3M"], "seeds": 2, "tokens": QUICKSTART_TOKENS, "seq_len": 32,
+    "batch_size": 32, "lr": 3e-3, "warmup_steps": 60, "ema": 0.0, "network": QUICKSTART_NETWORK,
     "eval_suite": "cpu",
 }
 QUICKSTART_FAMILIES = ("ar", "aogpt", "mdm")
-# Laptop study (docs/results/quickstart-tuning.md): 4 sizes x 3 seeds, budgets proportional to
-# size (12 tokens per core parameter: 1.2M tokens at 0.1M ... 11.9M at 1M; Chinchilla's 20 would
-# take ~2.8 h), the quickstart's sequence length, batch, lr and warm-up, one network and EMA off
-# for every family. Projected: ~1.7 h on 2 idle cores, two runs at a time (its reference run is
-# still to be made: docs/results/quickstart-tuning.md).
+# Laptop study (docs/results/quickstart-tuning.md, "Measured throughput"): 4 sizes x 3 seeds,
+# budgets proportional to size (8 tokens per core parameter: 0.44M tokens at 2/48/2 ... 2.7M at
+# 0.3M), the quickstart's network (RoPE), sequence length, batch, lr and warm-up, EMA off for every
+# family. Sizes span 6x in core parameters (55k ... 336k): one thread trains 0.3M at ~8k tokens/s
+# and 1M at ~3k, so 1M alone at this budget would take ~20 min per family and seed. With learned
+# positions AO-GPT 2/48/2 stayed on the unigram plateau at 12 tokens/param (1 seed of 3).
+# Projected from side-by-side throughput: ~50 min on 2 idle cores.
+LAPTOP_TOKENS_PER_PARAM = 8.0
 LAPTOP: dict[str, Any] = {
-    "sizes": ["0.1M", "0.3M", "4/112/4", "1M"], "seeds": 3, "tokens_per_param": 12.0,
-    "seq_len": 32, "batch_size": 32, "lr": 3e-3, "warmup_steps": 100, "ema": 0.0,
-    "network": "gpt2", "eval_suite": "cpu",
+    "sizes": ["2/48/2", "0.1M", "3/80/2", "0.3M"], "seeds": 3,
+    "tokens_per_param": LAPTOP_TOKENS_PER_PARAM, "seq_len": 32, "batch_size": 32, "lr": 3e-3,
+    "warmup_steps": 60, "ema": 0.0, "network": QUICKSTART_NETWORK, "eval_suite": "cpu",
 }
 
 
 def laptop() -> dict[str, Any]:
-    """AR, AO-GPT and MDLM at 4 sizes x 3 seeds, budgets proportional to size, ~1.7 h on 2 cores."""
+    """AR, AO-GPT and MDLM at 4 sizes x 3 seeds, budgets proportional to size, ~50 min on 2 cores."""
     return {**CPU_BASE, **LAPTOP, "arms": [DEFAULT_ARMS[f] for f in QUICKSTART_FAMILIES]}
 
 
 def quickstart() -> dict[str, Any]:
-    """AR vs AO-GPT vs MDLM at 0.3M/0.6M x 2 seeds on Shakespeare bytes, every run off the plateau."""
+    """AR vs AO-GPT vs MDLM at 0.1M/0.3M x 2 seeds on Shakespeare bytes (RoPE), every run off the plateau."""
     return {**CPU_BASE, **QUICKSTART, "arms": [DEFAULT_ARMS[f] for f in QUICKSTART_FAMILIES]}
 
 
