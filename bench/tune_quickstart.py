@@ -83,6 +83,11 @@ def run_name(grid: Grid, family: str, size: str, seed: int) -> str:
             f"-b{grid.batch_size}-ema{grid.ema:g}{pos}")
 
 
+def family_options(grid: Grid, family: str) -> dict:
+    """The family's quickstart options with the grid's position encoding (learned: left at the default)."""
+    return {**FAMILY_OPTIONS[family], **({} if grid.pos == "learned" else {"pos": grid.pos})}
+
+
 def train(grid: Grid, family: str, size: str, seed: int, root: Path) -> Path:
     """Train one run (skipped when its status says done); returns the run directory."""
     run_dir = root / run_name(grid, family, size, seed)
@@ -92,8 +97,7 @@ def train(grid: Grid, family: str, size: str, seed: int, root: Path) -> Path:
            "--size", size, "--steps", str(grid.steps), "--lr", str(grid.lr), "--warmup", str(grid.warmup),
            "--seq-len", str(grid.seq_len), "--batch-size", str(grid.batch_size), "--seed", str(seed),
            "--ema", str(grid.ema), "--eval-every", str(grid.eval_every), "--log-every", "50"]
-    pos = {} if grid.pos == "learned" else {"pos": grid.pos}
-    for key, value in {**FAMILY_OPTIONS[family], **pos}.items():
+    for key, value in family_options(grid, family).items():
         cmd += ["--set", f"{key}={json.dumps(value)}"]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return run_dir
@@ -152,7 +156,7 @@ def speed_table(grid: Grid, sizes: tuple[str, ...], rounds: int = 3, steps: int 
     for family in grid.families:
         for size in sizes:
             model = models.build_model(family, size, vocab_size=get_encoding("bytes").n_vocab,
-                                       seq_len=grid.seq_len, **FAMILY_OPTIONS[family])
+                                       seq_len=grid.seq_len, **family_options(grid, family))
             built[family, size] = (model, torch.optim.AdamW(model.parameters(), lr=grid.lr))
     times: dict[tuple[str, str], list[float]] = {key: [] for key in built}
     for _ in range(rounds):

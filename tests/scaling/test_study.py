@@ -269,11 +269,15 @@ def test_rotary_positions_are_a_network_setting_every_family_shares(network):
 
 
 def test_learned_positions_leave_run_ids_as_they_were_before_the_option():
-    spec = build_study(flags(sizes="0.1M", seeds=1, families="aogpt")).cells[0].spec
+    spec = build_study(flags(sizes="0.1M", seeds=1, families="aogpt", network="gpt2")).cells[0].spec
     assert spec.options["pos"] == "learned"
     before = spec.replace(model_options={k: v for k, v in spec.options.items() if k != "pos"})
     assert spec.run_id == before.run_id
     assert spec.replace(model_options={**spec.options, "pos": "rope"}).run_id != spec.run_id
+    options = {"norm": "layernorm", "qk_norm": False, "tie_head": True, "cond_dim": 128, "target_pe": "adaln",
+               "order": "mix:0.1", "pos": "learned"}
+    old = RunSpec("aogpt", "0.1M", steps=600, lr=3e-3, warmup_steps=60, model_options=options, seq_len=32, batch_size=32)
+    assert old.run_id == "c2a3c1083a35"  # this spec's id before `pos` existed
 
 
 def test_the_pos_preset_crosses_each_family_with_both_encodings():
