@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from analysis.fairness import BASELINE_METRIC, PLATEAU_MARGIN_NATS
+from analysis.gap import REFERENCE_FAMILY, REFERENCE_METRIC
 from analysis.report import Block, num
 
 LISTED = 4  # names listed in one warning before "and N more"
@@ -46,8 +47,9 @@ def _listing(items: list[str]) -> str:
 
 
 def primary_set(final: pl.DataFrame) -> tuple[str, str]:
-    """The dataset/split the summary leads with: where AR's nll_l2r has most records, validation first."""
-    ar = final.filter((pl.col("family") == "ar") & (pl.col("metric") == "nll_l2r"))
+    """The dataset/split the summary leads with: where the reference family's metric (AR's
+    nll_l2r) has most records, validation first."""
+    ar = final.filter((pl.col("family") == REFERENCE_FAMILY) & (pl.col("metric") == REFERENCE_METRIC))
     pool = ar if not ar.is_empty() else final
     if pool.is_empty():
         return "", ""
