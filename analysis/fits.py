@@ -122,7 +122,7 @@ def fit_points(points: tuple[Point, ...], *, labels: dict, x: str, form: str, na
     point = _to_original(theta[None, :], x_ref)[0]
     lo, hi = percentile_ci(boot)
     params = {n: Param(float(point[i]), (float(lo[i]), float(hi[i]))) for i, n in enumerate(names)}
-    boundary = _boundary_notes(point)  # a flat or step-like curve: the power law is not identified
+    boundary = _boundary_notes(theta, point)  # a flat, step-like or offset-free curve: not identified
     notes = "; ".join(dropped + boundary)
     predictions = () if boundary else _predictions(point, boot, xs.max())  # no power law: no extrapolation
     return CurveFit(**base, params=params, status="at_bound" if boundary else "ok", reason=notes,
@@ -134,10 +134,23 @@ def _to_original(theta: np.ndarray, x_ref: float) -> np.ndarray:
     return np.stack([np.exp(theta[:, 0]), np.exp(theta[:, 1] + theta[:, 2] * math.log(x_ref)), theta[:, 2]], 1)
 
 
-def _boundary_notes(point: np.ndarray) -> list[str]:
+# A parameter within this share of its search box's width of an edge sits at its bound: e = log E
+# at -20 is E = 2e-9, i.e. no irreducible loss was identified (a pure power law fits better).
+BOUND_MARGIN = 0.01
+
+
+def _boundary_notes(theta: np.ndarray, point: np.ndarray) -> list[str]:
+    """Notes for every parameter at its search bound; theta in reference units, point (E, A, alpha)."""
     lo, hi = powerlaw.BOUNDS[2]
-    at_bound = point[2] < 2 * lo or point[2] > 0.99 * hi  # within a hair of the search box
-    return [f"exponent at its bound ({point[2]:.3g})"] if at_bound else []
+    notes = []
+    if point[2] < 2 * lo or point[2] > 0.99 * hi:  # within a hair of the search box
+        notes.append(f"exponent at its bound ({point[2]:.3g})")
+    for i, name in ((0, "E"), (1, "A")):
+        lo, hi = powerlaw.BOUNDS[i]
+        margin = BOUND_MARGIN * (hi - lo)
+        if theta[i] < lo + margin or theta[i] > hi - margin:
+            notes.append(f"{name} at its bound ({point[i]:.3g})")
+    return notes
 
 
 def predict(params: np.ndarray, x: float) -> np.ndarray:

@@ -89,3 +89,24 @@ def test_curves_that_are_no_power_law_are_flagged_at_bound_not_ok(curve):
     fit = fit_points(points, labels={}, x="n_params", form="", names=POWER_NAMES, resamples=50, seed=0)
     assert fit.status == "at_bound" and "exponent at its bound" in fit.reason
     assert fit.curve() is None and fit.predictions == ()  # nothing is extrapolated from it
+
+
+def test_a_curve_without_an_irreducible_loss_is_flagged_with_e_at_its_bound():
+    """A curve bending the other way (best offset negative) drives log E to its lower bound: no
+    irreducible loss is identified, so the fit is not ok (the laptop study's AO-GPT bound did this)."""
+    rng = np.random.default_rng(3)
+    xs = (5.5e4, 1e5, 2.3e5, 3.4e5)  # the laptop preset's rungs
+    points = tuple(Point(f"s{i}", x, (0, 1, 2), tuple((13.5 * x ** -0.14 - 1.0) * (1 + 0.002 * rng.standard_normal(3))),
+                         f"s{i}") for i, x in enumerate(xs))
+    fit = fit_points(points, labels={}, x="n_params", form="", names=POWER_NAMES, resamples=50, seed=0)
+    assert fit.status == "at_bound" and "E at its bound" in fit.reason, (fit.status, fit.reason)
+    assert fit.curve() is None and fit.predictions == ()
+
+
+def test_a_curve_with_an_offset_is_ok():
+    rng = np.random.default_rng(4)
+    xs = (5.5e4, 1e5, 2.3e5, 3.4e5)
+    points = tuple(Point(f"s{i}", x, (0, 1, 2), tuple((1.4 + 150 * x ** -0.5) * (1 + 0.002 * rng.standard_normal(3))),
+                         f"s{i}") for i, x in enumerate(xs))
+    fit = fit_points(points, labels={}, x="n_params", form="", names=POWER_NAMES, resamples=50, seed=0)
+    assert fit.status == "ok", fit.reason
