@@ -146,7 +146,7 @@ def plateau_runs(plateau: pl.DataFrame | None) -> tuple[list[str], int]:
 def fit_warnings(fits) -> list[str]:
     """Fits at a bound and fits that are not identifiable."""
     out = []
-    for status, what in (("at_bound", "have their exponent at the search bound (flat curves: not extrapolated)"),
+    for status, what in (("at_bound", "have a parameter at its search bound (a flat curve, or no irreducible loss identified: not extrapolated; the fits table says which)"),
                          ("not_identifiable", "are not identifiable")):
         hit = [f for f in fits if f.status == status]
         if hit:
