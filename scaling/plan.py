@@ -31,7 +31,8 @@ DEFAULT_MFU = 0.40  # a well-tuned dense transformer's model FLOPs utilisation (
 GPU_NAME = "H100 SXM bf16"
 # Effective fp32 training throughput of one thread at CPU-study widths: 11 GFLOP/s at 2/48/2,
 # 18 at 0.3M, 19.5 at 1M (seq 32 x batch 32, bench/tune_quickstart.py speed table; small matmuls
-# run far below the ~175 GFLOP/s matmul peak). 20 GFLOP/s slightly under-estimates tiny rungs.
+# run far below the ~175 GFLOP/s matmul peak). At 20 GFLOP/s the estimate is short for the tiniest
+# rungs (11 GFLOP/s measured) and leaves out start-up and evaluation (~30 s per run).
 CPU_FLOPS_PER_CORE = 20e9
 CPU_REFUSE_HOURS = 12.0  # a local CPU plan longer than this is refused without --force
 S_PER_HOUR = 3600.0
