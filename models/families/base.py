@@ -43,7 +43,7 @@ COMMON_OPTIONS: dict[str, tuple[Any, tuple[Validator, str]]] = {
     "qk_norm": (False, boolean()),
     "tie_head": (True, boolean()),
     # learned: an absolute position table added to the inputs (GPT-2, the AO-GPT paper); rope:
-    # no table, queries and keys rotated in every block (`FamilyModel.rope_positions` says by what)
+    # no table, queries and keys rotated in every block (`Transformer.forward`'s `positions`; AO-GPT passes target and own positions)
     "pos": ("learned", choice(*POSITIONS)),
 }
 
