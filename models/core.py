@@ -5,8 +5,8 @@ differs between families is passed in: the attention pattern (`is_causal` or an 
 an optional per-token conditioning vector that drives adaptive LayerNorm (`cond`, [B, T|1, c]),
 optional per-block additive inputs (`adds`), and an optional KV cache for generation.
 
-The modules read like nanoGPT's. Where the kernel backend (`models.kernels.backend()`: the
-fused CPU kernels) declares that it covers a pass, it runs the whole pass (or, inside
+The modules read like nanoGPT's. Where the kernel backend (the fused CPU kernels:
+`models.kernels.cpu_backend.backend()`) declares that it covers a pass, it runs the whole pass (or, inside
 `Transformer.decoding()`, the whole KV-cached step) instead, with the same maths; tests compare
 both paths.
 """
@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import kernels
+from .kernels import cpu_backend
 from .modulation import ChunkProjection, modulation_rows, mul_add
 
 NORMS = ("layernorm", "rmsnorm")
@@ -203,8 +203,8 @@ class Transformer(nn.Module):
     """Block stack and final norm; families add embeddings, conditioning and the head.
 
     A forward pass runs the modules below (through torch.compile after `compile_stack()`)
-    unless the kernel backend (`models.kernels.backend()`, chosen in that one place) declares
-    that it covers the pass: then it runs the whole pass, or inside `decoding()` the whole
+    unless the kernel backend (`models.kernels.cpu_backend.backend()`, chosen in that one place)
+    declares that it covers the pass: then it runs the whole pass, or inside `decoding()` the whole
     KV-cached step, with the same maths. A compiled core leaves uncached passes to the compiler."""
 
     def __init__(self, cfg: CoreConfig):
@@ -228,7 +228,7 @@ class Transformer(nn.Module):
     def decoding(self):
         """Within the `with` block, KV-cached decoding steps that the kernel backend covers run
         as one backend call each (weights are packed for it here, once)."""
-        backend = kernels.backend()
+        backend = cpu_backend.backend()
         self._decoder = None if backend is None else backend.decoder(self)
         try:
             yield
@@ -261,7 +261,7 @@ class Transformer(nn.Module):
             tables = self.modulation_tables(cond)
             step.update(tables=tables, index=cond_index)
         compiled = cache is None and self._compiled is not None and self._compiled.active
-        backend = None if cache is not None or compiled else kernels.backend()
+        backend = None if cache is not None or compiled else cpu_backend.backend()
         if backend is not None and backend.covers(self, x, **step):
             return backend.forward(self, x, **step)
         rows = None if tables is None else [r for table in tables for r in modulation_rows(table, cond_index)]

@@ -168,14 +168,44 @@ def _kdce_draw(model, tokens, generator):
     return nll.sum(1) / k
 
 
+def sedd_log_score(model, x_t: torch.Tensor, sigma_bar: torch.Tensor) -> torch.Tensor:
+    """SEDD's absorbing log-scores [B, L, V]: logits - log(e^σ̄ - 1) - log(N - 1).
+
+    Both shifts are the official `model/transformer.py`'s (`scale_by_sigma`): N is its output
+    width, the vocabulary plus the absorbing state, so N - 1 = vocab_size. With the offset an
+    untrained network (logits ~ 0) starts at a score-entropy loss of ~log V nats per token; without
+    it, at e^σ̄-sized scores, the loss starts near V (42,209 nats at V = 50,257).
+    """
+    log_esm1 = torch.log(torch.expm1(sigma_bar))[:, None, None]  # log(e^σ̄ - 1)
+    return model(x_t, sigma_bar) - log_esm1 - math.log(model.vocab_size)
+
+
+def sedd_entropy(model, tokens: torch.Tensor, t: torch.Tensor, generator) -> torch.Tensor:
+    """dσ̄/dt x the score entropy summed over masked positions, per sequence [B] (nats).
+
+    Log-linear noise: σ̄(t) = -log(1 - (1-eps)t), so P(masked) = (1-eps)t. At a masked position
+    the true ratio for the clean token is r = 1/(e^σ̄ - 1) and 0 for every other token; the score
+    entropy is Σ_y s_y - r log s_x0 + r (log r - 1) (SEDD eq. 9 with the absorbing graph).
+    """
+    eps = model.options["eps"]
+    sigma_bar = -torch.log1p(-(1 - eps) * t)  # [B]
+    dsigma = (1 - eps) / (1 - (1 - eps) * t)  # dσ̄/dt
+    mask = torch.rand(tokens.shape, generator=generator, device=tokens.device) < (-torch.expm1(-sigma_bar))[:, None]
+    x_t = torch.where(mask, torch.full_like(tokens, model.mask_id), tokens)
+    log_score = sedd_log_score(model, x_t, sigma_bar)  # [B, L, V]
+    ratio = 1.0 / torch.expm1(sigma_bar)[:, None]  # [B, 1] true ratio at the clean token
+    pos = log_score.exp().sum(-1)  # Σ_y s_y
+    neg = ratio * log_score.gather(-1, tokens[..., None])[..., 0]
+    const = ratio * (torch.log(ratio) - 1)
+    return dsigma * ((pos - neg + const) * mask).sum(1)
+
+
 def _sedd_draw(model, tokens, generator):
     """SEDD's own bound: t ~ U(eps, 1), (1-eps) x dσ̄/dt x score entropy over masked positions / L.
 
     Defined for `loss=sedd` models only (their logits are trained as scores). The omitted pieces
     are the [0, eps] part and the prior term at t = 1 (a token is still unmasked w.p. eps), each
     O(eps) per token."""
-    from .families.mdm import sedd_entropy
-
     B, L = tokens.shape
     eps = model.options["eps"]
     t = eps + (1 - eps) * torch.rand(B, generator=generator, device=tokens.device)

@@ -2,7 +2,8 @@
 
 scaling -> jobs, models, analysis; jobs -> models; models -> nothing of ours;
 analysis -> nothing of ours and not torch; every package -> cli (the shared CLI helpers), which
-imports nothing of ours.
+imports nothing of ours. And no module of ours takes part in an import cycle, counting imports
+inside functions.
 """
 from __future__ import annotations
 
@@ -68,3 +69,84 @@ def test_the_run_rules_and_size_rules_import_no_torch():
             "sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# ---- no import cycles -------------------------------------------------------------------------
+def module_name(path: Path) -> str:
+    """Dotted name of a module file under the repository (a package is its __init__)."""
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(sources: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
+    """module -> the modules of ours it imports anywhere in its text (module level and inside
+    functions alike). `sources` maps a module name to (its source, whether it is a package).
+    `from pkg import name` points at `pkg.name` where that is a module, else at `pkg`."""
+    def known(name: str) -> str | None:
+        while name and name not in sources:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for name, (source, is_package) in sources.items():
+        package = name if is_package else name.rpartition(".")[0]
+        targets = []
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                targets += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join(anchor + ([base] if base else []))
+                targets += [f"{base}.{a.name}" if f"{base}.{a.name}" in sources else base for a in node.names]
+        graph[name] = {t for t in map(known, targets) if t and t != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def project_sources() -> dict[str, tuple[str, bool]]:
+    return {module_name(path): (path.read_text(), path.name == "__init__.py")
+            for package in OURS for path in modules(package)}
+
+
+def test_no_import_cycles_counting_imports_inside_functions():
+    found = cycles(import_graph(project_sources()))
+    assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_the_cycle_finder_sees_a_cycle_through_a_function_level_import():
+    sources = {"p": ("", True), "p.a": ("from . import b\n", False),
+               "p.b": ("def f():\n    from p.c import x\n", False), "p.c": ("from .a import y\n", False),
+               "p.d": ("import p.a\n", False)}
+    graph = import_graph(sources)
+    assert graph["p.b"] == {"p.c"} and graph["p.d"] == {"p.a"}
+    assert cycles(graph) == [["p.a", "p.b", "p.c"]]

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import sampling as sm
-from ..likelihood import mask_tokens, mdm_level, row_chunks
+from ..likelihood import mask_tokens, mdm_level, row_chunks, sedd_entropy
 from .base import COMMON_OPTIONS, FamilyModel, FamilySpec, boolean, choice, positive_int
 
 LOSSES = ("mdlm", "kdce", "sedd")
@@ -133,38 +133,6 @@ def _kdce_loss(model: MDM, tokens, generator):
     mask = rank < k[:, None]  # exactly k masked positions, uniformly placed
     nll = model.masked_nll(tokens, mask, k / L)
     return (nll.sum(1) / k).mean()  # (L/k)·Σ_masked per sequence, divided by L tokens
-
-
-def sedd_log_score(model: MDM, x_t: torch.Tensor, sigma_bar: torch.Tensor) -> torch.Tensor:
-    """SEDD's absorbing log-scores [B, L, V]: logits - log(e^σ̄ - 1) - log(N - 1).
-
-    Both shifts are the official `model/transformer.py`'s (`scale_by_sigma`): N is its output
-    width, the vocabulary plus the absorbing state, so N - 1 = vocab_size. With the offset an
-    untrained network (logits ~ 0) starts at a score-entropy loss of ~log V nats per token; without
-    it, at e^σ̄-sized scores, the loss starts near V (42,209 nats at V = 50,257).
-    """
-    log_esm1 = torch.log(torch.expm1(sigma_bar))[:, None, None]  # log(e^σ̄ - 1)
-    return model(x_t, sigma_bar) - log_esm1 - math.log(model.vocab_size)
-
-
-def sedd_entropy(model: MDM, tokens: torch.Tensor, t: torch.Tensor, generator) -> torch.Tensor:
-    """dσ̄/dt x the score entropy summed over masked positions, per sequence [B] (nats).
-
-    Log-linear noise: σ̄(t) = -log(1 - (1-eps)t), so P(masked) = (1-eps)t. At a masked position
-    the true ratio for the clean token is r = 1/(e^σ̄ - 1) and 0 for every other token; the score
-    entropy is Σ_y s_y - r log s_x0 + r (log r - 1) (SEDD eq. 9 with the absorbing graph).
-    """
-    eps = model.options["eps"]
-    sigma_bar = -torch.log1p(-(1 - eps) * t)  # [B]
-    dsigma = (1 - eps) / (1 - (1 - eps) * t)  # dσ̄/dt
-    mask = torch.rand(tokens.shape, generator=generator, device=tokens.device) < (-torch.expm1(-sigma_bar))[:, None]
-    x_t = torch.where(mask, torch.full_like(tokens, model.mask_id), tokens)
-    log_score = sedd_log_score(model, x_t, sigma_bar)  # [B, L, V]
-    ratio = 1.0 / torch.expm1(sigma_bar)[:, None]  # [B, 1] true ratio at the clean token
-    pos = log_score.exp().sum(-1)  # Σ_y s_y
-    neg = ratio * log_score.gather(-1, tokens[..., None])[..., 0]
-    const = ratio * (torch.log(ratio) - 1)
-    return dsigma * ((pos - neg + const) * mask).sum(1)
 
 
 def _sedd_loss(model: MDM, tokens, generator):

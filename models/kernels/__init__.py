@@ -1,6 +1,6 @@
 """Fused CPU kernels, built on first use: adaptive LayerNorm for training and evaluation
-(adaln.c) and the KV-cached decoding step (decode.c, `models.kernels.decoder`). `backend()`
-hands them to the core (`models.kernels.cpu_backend` says which passes they take over).
+(adaln.c) and the KV-cached decoding step (decode.c, `models.kernels.decoder`).
+`cpu_backend.backend()` hands them to the core (and says which passes they take over).
 
 The C source is compiled once per machine with the system C compiler (~1 s) into
 `cache_dir()`, under a name that hashes the source, the compiler and its flags. A build is
@@ -97,17 +97,6 @@ def _library() -> ctypes.CDLL | None:
 def available() -> bool:
     """Whether the kernels are built and enabled on this machine."""
     return _library() is not None
-
-
-@cache
-def backend():
-    """The core's kernel backend (`cpu_backend.CPUKernels`), or None where the kernels are not built
-    or are switched off (`AOSCALE_KERNELS=0`): the one place that chooses it."""
-    if not available():
-        return None
-    from .cpu_backend import CPUKernels
-
-    return CPUKernels()
 
 
 def plain_cpu_pass() -> bool:

@@ -10,11 +10,12 @@ the pass; the core (`models.core.Transformer`) runs everything else through its 
 from __future__ import annotations
 
 import math
+from functools import cache
 
 import torch
 from torch import nn
 
-from . import modulated_norm, plain_cpu_pass, residual_norm
+from . import available, modulated_norm, plain_cpu_pass, residual_norm
 from .decoder import Decoder
 
 FUSED_MIN_ROWS = 256  # below, the kernels' fixed call cost (~14 µs) exceeds what they save:
@@ -72,6 +73,13 @@ class CPUKernels:
         if core.cfg.pos != "learned" or not _cpu_float32(*core.parameters()) or len({m.eps for m in norms}) != 1:
             return None
         return Decoder(core)
+
+
+@cache
+def backend() -> "CPUKernels | None":
+    """The core's kernel backend, or None where the kernels are not built or are switched off
+    (`AOSCALE_KERNELS=0`): the one place that chooses it."""
+    return CPUKernels() if available() else None
 
 
 def _flat_chunks(tables, index, x) -> tuple[list[torch.Tensor], torch.Tensor]:

@@ -1,4 +1,4 @@
-"""The seam between the eager core and the fused CPU kernels (`models.kernels.backend()`): with
+"""The seam between the eager core and the fused CPU kernels (`models.kernels.cpu_backend.backend()`): with
 the kernels on, off, and on a pass they do not cover, the same losses, gradients and logits."""
 import pytest
 import torch
@@ -41,7 +41,7 @@ def test_training_passes_give_the_same_loss_and_gradients_with_the_kernels_on_an
     calls = _count(monkeypatch, cpu_backend.CPUKernels, "forward")
     fused_loss, fused = _loss_and_grads(model, tokens)
     assert calls  # the backend ran the pass
-    monkeypatch.setattr(kernels, "backend", lambda: None)
+    monkeypatch.setattr(cpu_backend, "backend", lambda: None)
     eager_loss, eager = _loss_and_grads(model, tokens)
     assert torch.allclose(fused_loss, eager_loss, rtol=1e-6, atol=0)
     _assert_close(fused, eager, rtol=1e-4, atol=1e-6)
@@ -65,7 +65,7 @@ def test_a_pass_the_kernels_do_not_cover_runs_eagerly_with_the_same_values(case,
 
     on_loss, on = run()
     assert not calls
-    monkeypatch.setattr(kernels, "backend", lambda: None)
+    monkeypatch.setattr(cpu_backend, "backend", lambda: None)
     off_loss, off = run()
     assert torch.equal(on_loss, off_loss)
     _assert_close(on, off, rtol=0, atol=0)
@@ -87,7 +87,7 @@ def test_decoding_gives_the_same_logits_with_the_kernels_on_and_off(family, opti
 
     on = generate()
     assert len(calls) == (on.n_forward if covered else 0)
-    monkeypatch.setattr(kernels, "backend", lambda: None)
+    monkeypatch.setattr(cpu_backend, "backend", lambda: None)
     off = generate()
     assert torch.equal(on.tokens, off.tokens)
     for a, b in zip(on.step_logits, off.step_logits, strict=True):
@@ -96,7 +96,7 @@ def test_decoding_gives_the_same_logits_with_the_kernels_on_and_off(family, opti
 
 def test_without_a_backend_the_core_runs_its_modules(monkeypatch):
     """The eager core alone (what a GPU or a machine without a compiler runs) trains and decodes."""
-    monkeypatch.setattr(kernels, "backend", lambda: None)
+    monkeypatch.setattr(cpu_backend, "backend", lambda: None)
     model = build_model("aogpt", "0.1M", vocab_size=V, seq_len=L)
     model.loss(torch.randint(0, V, (16, L))).backward()
     assert all(p.grad is not None for p in model.parameters())

@@ -10,7 +10,7 @@ from numpy.polynomial import polynomial as P
 
 from models import build_model
 from models import likelihood as lk
-from models.families.mdm import sedd_log_score
+from models.likelihood import sedd_log_score
 
 
 def test_initial_sedd_loss_is_near_log_v_at_gpt2_vocabulary():
