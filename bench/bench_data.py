@@ -71,7 +71,7 @@ def make_corpus(data_dir: Path, size_mb: float, cache: Path):
 
 
 def _build(dataset, tokenizer: str, workers: int, folder: str, queue) -> None:
-    from jobs import tokencache
+    from jobs.data import tokencache
 
     source = tokencache.DatasetSource(dataset, "text")
     plan = tokencache.Plan({"train": source}, tokenizer, tokencache.held_out_p(len(source)))

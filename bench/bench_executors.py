@@ -31,7 +31,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 from jobs.executors.local import LocalExecutor  # noqa: E402
 from jobs.executors.slurm import SlurmExecutor, SlurmOptions, slurm_partitions  # noqa: E402
 from jobs.pipeline import execute_run  # noqa: E402
-from tests.jobs.cluster_runs import make_run, tiny_spec  # noqa: E402
+from tests.jobs.executors.cluster_runs import make_run, tiny_spec  # noqa: E402
 
 
 def finished_run(root: Path) -> Path:

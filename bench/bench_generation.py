@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jobs.allocator import keep_freed_memory  # noqa: E402
+from jobs.run.allocator import keep_freed_memory  # noqa: E402
 from models import build_model, kernels  # noqa: E402
 from models import sampling as sm  # noqa: E402
 

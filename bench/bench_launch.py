@@ -62,7 +62,7 @@ def _one_run_study(root: Path, seed: int):
 
 def bench_overhead() -> None:
     from jobs.executors.local import LocalExecutor
-    from jobs.train import train
+    from jobs.train.loop import train
 
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("AOSCALE_CACHE", str(Path(tmp) / "cache"))

@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from jobs.allocator import keep_freed_memory
+from jobs.run.allocator import keep_freed_memory
 from models import build_model, kernels
 
 VARIANTS = {

@@ -25,14 +25,14 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from jobs.allocator import keep_freed_memory  # noqa: E402
-from jobs.checkpoint import model_from_spec  # noqa: E402
-from jobs.engines import make_optimizer  # noqa: E402
-from jobs.runfiles import read_metrics  # noqa: E402
-from jobs.spec import RunSpec  # noqa: E402
-from jobs.tracking import PEAK_MATMUL_N, time_matmuls  # noqa: E402
-from jobs.rng import seed_everything  # noqa: E402
-from jobs.train import lr_at, train  # noqa: E402
+from jobs.run.allocator import keep_freed_memory  # noqa: E402
+from jobs.train.checkpoint import model_from_spec  # noqa: E402
+from jobs.train.engines import make_optimizer  # noqa: E402
+from jobs.run.files import read_metrics  # noqa: E402
+from jobs.run.spec import RunSpec  # noqa: E402
+from jobs.run.tracking import PEAK_MATMUL_N, time_matmuls  # noqa: E402
+from jobs.run.rng import seed_everything  # noqa: E402
+from jobs.train.loop import lr_at, train  # noqa: E402
 
 WARMUP_STEPS = 2  # steps left out of every timing (allocator and thread-pool warm-up)
 
@@ -45,7 +45,7 @@ def make_spec(args: argparse.Namespace, **changes) -> RunSpec:
 
 def plain_loop_tokens_per_s(spec: RunSpec) -> float:
     """A bare nanoGPT-style loop: loss, backward, clip, AdamW step; no files, no hooks."""
-    from jobs.data import Batches, token_array
+    from jobs.data.corpus import Batches, token_array
 
     seed_everything(spec.seed)
     model = model_from_spec(spec)

@@ -30,10 +30,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jobs.device import placement  # noqa: E402
-from jobs.engines import make_engine  # noqa: E402
-from jobs.spec import RunSpec  # noqa: E402
-from jobs.tracking import measure_peak_flops  # noqa: E402
+from jobs.run.device import placement  # noqa: E402
+from jobs.train.engines import make_engine  # noqa: E402
+from jobs.run.spec import RunSpec  # noqa: E402
+from jobs.run.tracking import measure_peak_flops  # noqa: E402
 from models import build_model  # noqa: E402
 from models import likelihood as lk  # noqa: E402
 from models import sampling as sm  # noqa: E402

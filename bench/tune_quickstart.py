@@ -35,10 +35,10 @@ import numpy as np
 import torch
 
 import models
-from jobs import unigram
-from jobs.data import token_array, val_batches
-from jobs.evaluate import load_run
-from jobs.tokenizers import get_encoding
+from jobs.data import unigram
+from jobs.data.corpus import token_array, val_batches
+from jobs.eval.evaluate import load_run
+from jobs.data.tokenizers import get_encoding
 from models import likelihood as lk
 from models.ladder import core_params, get_shape
 

@@ -18,10 +18,10 @@ from typing import Any
 
 from cli import InputError, Parser, float_arg, int_arg, parse, run_main
 from analysis import DEFAULT_BOOTSTRAP
-from jobs import ds_config
+from jobs.train import ds_config
 from jobs.executors import EXECUTORS, Executor, one_line
 from jobs.executors.local import visible_gpus
-from jobs.runlock import exclusive
+from jobs.run.lock import exclusive
 
 from . import ledger, preflight
 from .backends import BACKENDS, add_flags, check_foreign_flags
@@ -192,7 +192,7 @@ def finish(args: argparse.Namespace, study: StudySpec, study_dir: Path, final: d
 
 def judge_pass(study_dir: Path, run_ids: list[str]) -> None:
     """Score generated samples that were drawn before the study's judge run had finished."""
-    from jobs.generate import score_samples  # noqa: PLC0415 - needs torch; only after training
+    from jobs.eval.generate import score_samples  # noqa: PLC0415 - needs torch; only after training
 
     for run_id in run_ids:
         run_dir = ledger.run_dir(study_dir, run_id)

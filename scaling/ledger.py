@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jobs import runfiles
+from jobs.run import files as runfiles
 from jobs.executors import lock_held
-from jobs.spec import RunSpec
+from jobs.run.spec import RunSpec
 
 from .study import STUDY_FORMAT, StudyError, StudySpec
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from jobs.tokenizers import get_encoding
+from jobs.data.tokenizers import get_encoding
 from models import build_model
 from models.families.base import shapes_only
 from models.ladder import core_params, get_shape, train_flops_per_token

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cli import InputError
-from jobs import preflight
+from jobs.train import preflight
 
 from .study import StudySpec
 

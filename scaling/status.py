@@ -25,11 +25,11 @@ from typing import Any
 
 from analysis.fairness import plateau_table
 from cli import InputError, Parser, parse, run_main
-from jobs import checkpoint as ckpt
+from jobs.train import checkpoint as ckpt
 from jobs.executors.slurm import queue_states
-from jobs.records import read_records
-from jobs.runfiles import METRICS_FILE, read_status
-from jobs.spec import RunSpec
+from jobs.eval.records import read_records
+from jobs.run.files import METRICS_FILE, read_status
+from jobs.run.spec import RunSpec
 
 from . import ledger
 

@@ -14,16 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from cli import InputError
-from jobs import ds_config
-from jobs.data import DEFAULT_TEXT_FIELD, canonical_corpus, check_corpus
-from jobs.datasets import check_eval_suite, parse_eval_suite
-from jobs.tokenizers import get_encoding
-from jobs.spec import ENGINES, HASHED_FIELDS, RunSpec, ZERO_STAGES, canonical_json
-from jobs.tracking import check_tracking
+from jobs.train import ds_config
+from jobs.data.corpus import DEFAULT_TEXT_FIELD, canonical_corpus, check_corpus
+from jobs.data.datasets import check_eval_suite, parse_eval_suite
+from jobs.data.tokenizers import get_encoding
+from jobs.run.spec import ENGINES, HASHED_FIELDS, RunSpec, ZERO_STAGES, canonical_json
+from jobs.run.tracking import check_tracking
 from models.families import JUDGE_FAMILY
 from models.ladder import core_params, get_shape, parse_sizes
 
-from jobs.suites import SUITES
+from jobs.data.suites import SUITES
 
 from .arms import DEFAULT_ARMS, Arm, arm_from_dict, check_ema, check_family, default_arm, network_options, resolve_arm
 from .presets import base_for, preset_settings

@@ -18,8 +18,10 @@ import polars as pl
 import pytest
 
 from analysis import fit_curves
-from jobs import evaluate, generate, train
-from jobs.spec import RunSpec
+from jobs.eval import evaluate
+from jobs.eval import generate
+from jobs.train import loop as train
+from jobs.run.spec import RunSpec
 from scaling import launch, ledger, status
 from scaling.study import build_study
 

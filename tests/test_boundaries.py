@@ -150,3 +150,50 @@ def test_the_cycle_finder_sees_a_cycle_through_a_function_level_import():
     graph = import_graph(sources)
     assert graph["p.b"] == {"p.c"} and graph["p.d"] == {"p.a"}
     assert cycles(graph) == [["p.a", "p.b", "p.c"]]
+
+
+# ---- the order inside jobs --------------------------------------------------------------------
+# Each sub-package of jobs imports only those before it (and itself); jobs' own modules
+# (pipeline, the `python -m jobs.evaluate|generate` entry points) may import every sub-package,
+# and no sub-package imports them (the executors name the pipeline as a string, resolved at run time).
+JOBS_ORDER = ("run", "data", "train", "eval", "executors")
+
+
+def jobs_part(module: str) -> str | None:
+    """The sub-package (or top-level module) of jobs a module belongs to; None outside jobs."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "jobs" and len(parts) > 1 else None
+
+
+def jobs_order_violations(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for module, targets in sorted(graph.items()):
+        part = jobs_part(module)
+        if part not in JOBS_ORDER:
+            continue  # outside jobs, jobs/__init__ or a top-level module of jobs: may import any part
+        allowed = set(JOBS_ORDER[:JOBS_ORDER.index(part) + 1])
+        bad += [f"{module} imports {t}" for t in sorted(targets)
+                if jobs_part(t) is not None and jobs_part(t) not in allowed]
+    return bad
+
+
+def test_jobs_subpackages_import_in_one_direction():
+    graph = import_graph(project_sources())
+    parts = {jobs_part(m) for m in graph if jobs_part(m)}
+    subpackages = {p for p in parts if (REPO / "jobs" / p / "__init__.py").exists()}
+    assert subpackages - {"evaluate", "generate"} == set(JOBS_ORDER), "a jobs sub-package is not in JOBS_ORDER"
+    bad = jobs_order_violations(graph)
+    assert not bad, "; ".join(bad)
+
+
+def test_the_order_check_sees_an_upward_import():
+    graph = {"jobs.run.spec": {"jobs.train.loop"}, "jobs.train.loop": {"jobs.run.spec", "models.core"},
+             "jobs.pipeline": {"jobs.eval.evaluate"}, "jobs.data.corpus": {"jobs.pipeline"}}
+    assert jobs_order_violations(graph) == ["jobs.data.corpus imports jobs.pipeline",
+                                            "jobs.run.spec imports jobs.train.loop"]
+
+
+def test_the_tests_mirror_the_jobs_layout():
+    for part in JOBS_ORDER:
+        assert (REPO / "tests" / "jobs" / part / "__init__.py").exists(), f"tests/jobs/{part}/ is missing"
+    assert not sorted((REPO / "tests" / "jobs").glob("test_*.py")), "jobs tests belong in a sub-folder"

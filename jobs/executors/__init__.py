@@ -18,8 +18,8 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
-from jobs import runfiles
-from jobs.runlock import LOCK_FILE, RunLock, lock_held  # noqa: F401 - re-exported
+from jobs.run import files as runfiles
+from jobs.run.lock import LOCK_FILE, RunLock, lock_held  # noqa: F401 - re-exported
 
 BUSY = "busy"  # result of a run whose lock another live process holds
 FINAL_STATES = ("done", "failed", "preempted", BUSY)

@@ -19,9 +19,9 @@ import time
 from collections import deque
 from pathlib import Path
 
-from jobs import runfiles
+from jobs.run import files as runfiles
 from jobs.executors import BUSY, FINAL_STATES, failure_count, lock_held, record_crash, run_exclusive
-from jobs.runlock import EXIT_BUSY
+from jobs.run.lock import EXIT_BUSY
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER_LOG = "worker.log"

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jobs import runfiles
+from jobs.run import files as runfiles
 from jobs.executors import BUSY, PIPELINE, failure_count, record_crash, run_exclusive
 
 EXPERIMENT_FILE = "experiment.json"

@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jobs import runfiles
+from jobs.run import files as runfiles
 from jobs.executors import PIPELINE, failure_count, record_crash, resolve, run_exclusive
 
-STOP_HOOK = "jobs.train:request_stop"
+STOP_HOOK = "jobs.train.loop:request_stop"
 REPO = Path(__file__).resolve().parents[2]
 SIGNAL_DELAY_S = 90  # USR2 this long before the time limit (submitit's default), time to checkpoint
 SLURM_CMD_TIMEOUT_S = 20

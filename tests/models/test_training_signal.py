@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from jobs.data import Batches, get_encoding, token_array
+from jobs.data.corpus import Batches, get_encoding, token_array
 from models import build_model
 
 SEQ_LEN, BATCH, STEPS = 64, 16, 100

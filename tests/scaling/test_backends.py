@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from jobs import runfiles
+from jobs.run import files as runfiles
 from scaling import launch, ledger, status
 from scaling.study import build_study
-from tests.jobs.cluster_runs import training_starts, wait_until
-from tests.jobs.test_slurm import PROBLEM as SLURM_PROBLEM
+from tests.jobs.executors.cluster_runs import training_starts, wait_until
+from tests.jobs.executors.test_slurm import PROBLEM as SLURM_PROBLEM
 
 REPO = Path(__file__).resolve().parents[2]
 cluster = pytest.mark.skipif(bool(SLURM_PROBLEM), reason=SLURM_PROBLEM or "cluster up")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from analysis import DEFAULT_BOOTSTRAP, fit_curves
-from jobs import runfiles
+from jobs.run import files as runfiles
 from scaling import launch, ledger, status
 from scaling.presets import PRESETS
 from scaling.study import build_study

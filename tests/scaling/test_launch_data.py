@@ -9,9 +9,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from jobs import data
+from jobs.data import corpus as data
 from scaling import launch, ledger
-from tests.jobs.test_tokencache import parquet_corpus, save_to_disk_corpus
+from tests.jobs.data.test_tokencache import parquet_corpus, save_to_disk_corpus
 
 pytest.importorskip("datasets")
 RUN = ["--sizes", "0.1M", "--families", "ar", "--seeds", "1", "--seq-len", "32", "--max-steps", "2",

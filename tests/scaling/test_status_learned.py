@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import torch
 
-from jobs import evaluate as ev
-from jobs.spec import RunSpec
-from jobs.train import train
+from jobs.eval import evaluate as ev
+from jobs.run.spec import RunSpec
+from jobs.train.loop import train
 from scaling.status import learned
 
 

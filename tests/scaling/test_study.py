@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.spec import RunSpec
+from jobs.run.spec import RunSpec
 from models.ladder import core_params, get_shape, train_flops_per_token
 from scaling import recipes
 from scaling.plan import VOCAB_SIZES, gpu_hours, plan_rows
@@ -196,7 +196,7 @@ def test_plan_rows_use_the_analytic_flops():
 
 
 def test_vocab_sizes_match_the_tokenizers():
-    from jobs.data import get_encoding
+    from jobs.data.corpus import get_encoding
     for name, size in VOCAB_SIZES.items():
         assert get_encoding(name).n_vocab == size
 

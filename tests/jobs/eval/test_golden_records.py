@@ -16,10 +16,10 @@ import polars as pl
 import pytest
 import torch
 
-from jobs import evaluate as ev
-from jobs import generate as gen
-from jobs.spec import RunSpec
-from jobs.train import train
+from jobs.eval import evaluate as ev
+from jobs.eval import generate as gen
+from jobs.run.spec import RunSpec
+from jobs.train.loop import train
 
 GOLDEN = Path(__file__).parent / "golden" / "tiny_records.json"
 ARMS = {"ar": ("ar", {}), "aogpt": ("aogpt", {}), "sigma_gpt": ("sigma_gpt", {}),

@@ -1,0 +1,6 @@
+"""jobs.eval: measuring a trained run. `python -m jobs.evaluate` / `jobs.generate` run it.
+
+`evaluate` (likelihoods, ensembles, LAMBADA, infilling into eval.parquet), `generate` (samples,
+generative perplexity under a judge, samples.parquet) and `records` (the records' schema and
+merging). It imports `jobs.run`, `jobs.data` and `jobs.train` (checkpoints, preflight).
+"""

@@ -1,0 +1,428 @@
+"""Evaluate one run: likelihoods on its validation split and zero-shot sets, LAMBADA, infilling.
+
+`evaluate(run_dir, suite="quick") -> polars.DataFrame` writes `run_dir/eval.parquet` (records
+schema in jobs/records.py). Each family declares its metric groups (`FamilySpec.metrics`, in its
+module under models/families); this module computes each group (METRIC_ROWS):
+  l2r            nll_l2r and bpb_l2r (exact; an MDM predicts x_k from x_<k with x_>=k masked)
+  perm_mc        nll_anyorder (K permutations, estimator perm_mc)
+  ctx_ensemble   nll_ensemble for M = 1, 2, 4, ... (estimator ctx_ensemble, n_targets scored
+                 slots per sequence)
+  elbo           nll_anyorder (the family's ELBO estimator: its loss when mdlm/kdce, else kdce)
+                 plus nll_elbo_mdlm and nll_elbo_kdce (both estimators, K draws each)
+  paper suite    + lambada_acc, infill_nll / infill_em (estimator: the family's declared
+                 `infill_context`, prefix_only or prefix_suffix), generation (jobs.generate)
+All randomness derives from `--seed` (default EVAL_SEED) and the (dataset, metric) name, so a
+rerun writes the same rows. CLI: `python -m jobs.evaluate --run-dir DIR [--suite quick|paper]`.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import sys
+import zlib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+import polars as pl
+import torch
+
+from cli import InputError, Parser, int_arg, parse, run_main
+from jobs.train import checkpoint
+from jobs.run.allocator import keep_freed_memory
+from jobs.run.device import Placement, placement
+from jobs.eval.generate import GenSettings, generation_rows, write_samples
+from jobs.train.preflight import check_eval_dir
+from jobs.eval.records import record, run_context, to_frame, write_records
+from jobs.run.lock import holding
+from jobs.data.suites import SUITES, Suite
+from models import likelihood as lk
+
+EVAL_SEED = 20240917  # any fixed number; recorded in every row as eval_seed
+LN2 = math.log(2.0)
+
+
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A suite with the caller's overrides, validated."""
+
+    suite: Suite
+    seed: int = EVAL_SEED
+    weights: str = "auto"
+    seq_len: int | None = None  # chunk length; defaults to the model's context
+    data_dir: str | None = None
+    require_zero_shot: bool = False  # the caller named the sets: a missing one is an error
+    place: Placement | None = None  # device, precision and batch (`jobs.device.placement` of the run)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Evaluation sequences with the byte count behind them (for bits per byte)."""
+
+    name: str
+    split: str
+    chunks: torch.Tensor  # [N, L]
+    n_bytes: int
+    chunking: str
+
+
+# ---- settings ----------------------------------------------------------------------------------
+def _positive(name: str, value) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InputError(f"--{name.replace('_', '-')}: must be a positive integer, got {value!r}")
+
+
+def make_settings(suite: str = "quick", **overrides) -> Settings:
+    """Suite `suite` with overrides (k_mc, m_max, n_targets, val_chunks, zero_shot, ...).
+
+    `suite` may name its zero-shot sets, `SUITE:SET,SET`: they replace the suite's and are required."""
+    from jobs.data.datasets import parse_eval_suite
+
+    suite, named = parse_eval_suite(suite)
+    if named and overrides.get("zero_shot") is None:
+        overrides["zero_shot"] = named
+    if suite not in SUITES:
+        raise InputError(f"--suite: unknown suite {suite!r}; choose one of {list(SUITES)}")
+    outer = {k: overrides.pop(k) for k in ("seed", "weights", "seq_len", "data_dir") if k in overrides}
+    chosen = replace(SUITES[suite], **{k: v for k, v in overrides.items() if v is not None})
+    for name in ("val_chunks", "k_mc", "m_max", "n_targets", "ensemble_chunks", "gen_samples"):
+        _positive(name, getattr(chosen, name))
+    from jobs.data.datasets import EVAL_SET_NAMES
+
+    for name in chosen.zero_shot:
+        if name not in EVAL_SET_NAMES:
+            raise InputError(f"--datasets: unknown dataset {name!r}; choose from {list(EVAL_SET_NAMES)}")
+    return Settings(chosen, require_zero_shot=overrides.get("zero_shot") is not None,
+                    **{k: v for k, v in outer.items() if v is not None})
+
+
+# ---- data --------------------------------------------------------------------------------------
+def _validation(spec, enc, seq_len: int, n: int) -> Dataset:
+    from jobs.data import corpus as data
+    from jobs.data.datasets import token_byte_lengths
+
+    tokens = data.token_array(spec.corpus, spec.tokenizer, "validation", spec.text_field)
+    chunks = next(data.val_batches(tokens, n, seq_len, n_batches=1))
+    n_bytes = int(token_byte_lengths(enc)[chunks.numpy()].sum())
+    chunking = (f"first {len(chunks)} non-overlapping {seq_len}-token windows of the validation split "
+                f"(documents joined by <|endoftext|>)")
+    return Dataset(spec.corpus, "validation", chunks, n_bytes, chunking)
+
+
+def _data_dir(settings: Settings) -> str | None:
+    return settings.data_dir or os.environ.get("AOSCALE_DATA") or None
+
+
+def load_datasets(spec, settings: Settings, seq_len: int,
+                  missing: list[str] | None = None) -> list[Dataset]:
+    """The run's validation split, then each zero-shot set (from the data folder or the Hub).
+
+    A set that cannot be had is an error when the caller named the sets; otherwise it is
+    appended to `missing` as "name: reason" (never skipped in silence)."""
+    from jobs.data.corpus import get_encoding
+    from jobs.data.datasets import load_eval_set
+
+    enc = get_encoding(spec.tokenizer)
+    out = [_validation(spec, enc, seq_len, settings.suite.val_chunks)]
+    for name in settings.suite.zero_shot:
+        try:
+            s = load_eval_set(name, enc, seq_len, data_dir=_data_dir(settings),
+                              max_chunks=settings.suite.zero_shot_chunks)
+        except ValueError as error:
+            if settings.require_zero_shot or missing is None:
+                raise
+            missing.append(f"{name}: {str(error)[:300]}")
+            continue
+        out.append(Dataset(s.name, s.split, s.chunks, s.n_bytes, s.chunking))
+    return out
+
+
+# ---- metrics -----------------------------------------------------------------------------------
+def generator(seed: int, *names: str, device: torch.device | str = "cpu") -> torch.Generator:
+    """A generator on `device` seeded from the eval seed and a name, independent of what else runs."""
+    return torch.Generator(device).manual_seed(seed * 1_000_003 + zlib.crc32("/".join(names).encode()))
+
+
+def _batches(chunks: torch.Tensor, settings: Settings) -> list[torch.Tensor]:
+    """Batches of the placement's size (8 without one), on its device."""
+    place = settings.place
+    size, device = (place.eval_batch, place.device) if place else (8, "cpu")
+    return [chunks[i:i + size].to(device) for i in range(0, len(chunks), size)]
+
+
+def _device(settings: Settings) -> torch.device | str:
+    return settings.place.device if settings.place else "cpu"
+
+
+def _row(ctx, ds: Dataset, metric: str, **fields) -> dict:
+    return record(ctx, dataset=ds.name, split=ds.split, metric=metric, chunking=ds.chunking, **fields)
+
+
+def l2r_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
+    """nll_l2r (nats/token) and bpb_l2r (bits/byte), exact."""
+    nll = torch.cat([lk.l2r_nll(model, b) for b in _batches(ds.chunks, settings)]).double().cpu()
+    n = len(ds.chunks)
+    return [_row(ctx, ds, "nll_l2r", value=nll.mean(), unit="nats/token", n_samples=n, estimator="exact"),
+            _row(ctx, ds, "bpb_l2r", value=nll.sum() / LN2 / ds.n_bytes, unit="bits/byte", n_samples=n,
+                 estimator="exact")]
+
+
+def _mc_row(ctx, ds, metric, draws: torch.Tensor, estimator: str, **fields) -> dict:
+    est = lk.mc_estimate(draws)
+    return _row(ctx, ds, metric, value=est.value, se=est.se, unit="nats/token", n_samples=est.n_sequences,
+                estimator=estimator, **fields)
+
+
+def anyorder_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
+    """nll_anyorder over K uniform permutations per sequence."""
+    k, g = settings.suite.k_mc, generator(settings.seed, ds.name, "nll_anyorder", device=_device(settings))
+    draws = torch.cat([lk.anyorder_draws(model, b, k, g) for b in _batches(ds.chunks, settings)])
+    return [_mc_row(ctx, ds, "nll_anyorder", draws, "perm_mc", k_mc=k)]
+
+
+def ensemble_sweep(m_max: int) -> list[int]:
+    """1, 2, 4, ... up to m_max (m_max itself included)."""
+    ms = [1 << i for i in range(m_max.bit_length()) if 1 << i <= m_max]
+    return ms if ms[-1] == m_max else ms + [m_max]
+
+
+def ensemble_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
+    """nll_ensemble for M in the sweep, sharing targets and orders across M."""
+    s = settings.suite
+    chunks = ds.chunks[:s.ensemble_chunks]
+    n_targets = min(s.n_targets, chunks.shape[1])
+    g = generator(settings.seed, ds.name, "nll_ensemble", device=_device(settings))
+    logp = torch.cat([lk.ensemble_logprobs(model, b, s.m_max, n_targets, g)[0] for b in _batches(chunks, settings)])
+    return [_mc_row(ctx, ds, "nll_ensemble", lk.ensemble_losses(logp, m), "ctx_ensemble", m=m,
+                    n_targets=n_targets) for m in ensemble_sweep(s.m_max)]
+
+
+def elbo_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
+    """nll_elbo_mdlm, nll_elbo_kdce (+ nll_elbo_sedd for a sedd model: SEDD's own score-entropy
+    bound), and nll_anyorder = the family's default estimator (its loss when mdlm/kdce, else the
+    kdce bound of its softmax-normalised logits; the `estimator` column says which)."""
+    k, rows = settings.suite.k_mc, []
+    for est in lk.elbo_estimators(model):
+        g = generator(settings.seed, ds.name, f"nll_elbo_{est}", device=_device(settings))
+        draws = torch.cat([lk.mdm_elbo_draws(model, b, k, est, g) for b in _batches(ds.chunks, settings)])
+        rows.append(_mc_row(ctx, ds, f"nll_elbo_{est}", draws, est, k_mc=k))
+        if est == lk.default_elbo_estimator(model):
+            rows.append(_mc_row(ctx, ds, "nll_anyorder", draws, est, k_mc=k))
+    return rows
+
+
+Metric = Callable[..., list[dict]]
+# The rows of each metric group a family may declare (models.families.base.METRIC_GROUPS).
+METRIC_ROWS: dict[str, Metric] = {"l2r": l2r_rows, "perm_mc": anyorder_rows, "ctx_ensemble": ensemble_rows,
+                                  "elbo": elbo_rows}
+
+
+# ---- LAMBADA and infilling ---------------------------------------------------------------------
+def _binomial_se(p: float, n: int) -> float:
+    return math.sqrt(max(p * (1 - p), 0.0) / n)
+
+
+def lambada_rows(model, spec, ctx: dict, settings: Settings) -> list[dict]:
+    """Last-word accuracy: every target token is the argmax given the (truncated) context.
+
+    Decoders use the identity order and MDMs mask the target, so all families see the left
+    context only here. Items are batched by (context, target) length."""
+    from jobs.data.corpus import get_encoding
+    from jobs.data.datasets import load_lambada
+
+    items = load_lambada(get_encoding(spec.tokenizer), data_dir=_data_dir(settings))
+    groups: dict[tuple[int, int], list[list[int]]] = {}
+    for context, target in items:
+        context = context[-(model.seq_len - len(target)):]
+        groups.setdefault((len(context), len(target)), []).append(context + target)
+    hits = 0
+    for (a, t), seqs in sorted(groups.items()):
+        for batch in _batches(torch.tensor(seqs), settings):
+            hits += int(lk.span_scores(model, batch, a, a + t)[1].all(1).sum())
+    acc = hits / len(items)
+    ds = Dataset("lambada", "test", torch.empty(0), 0, "OpenAI LAMBADA test; context truncated to the "
+                 "model context; target = last word with its leading space")
+    return [_row(ctx, ds, "lambada_acc", value=acc, se=_binomial_se(acc, len(items)), unit="fraction",
+                 n_samples=len(items), estimator="greedy_left_context")]
+
+
+def infill_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
+    """NLL per span token and exact match of a middle span given prefix (and suffix)."""
+    L = ds.chunks.shape[1]
+    span = min(settings.suite.infill_span, L - 2)
+    a = (L - span) // 2
+    nll, em = [], []
+    for batch in _batches(ds.chunks, settings):
+        n, hits = lk.span_scores(model, batch, a, a + span)
+        nll.append(n.double().mean(1).cpu())
+        em.append(hits.all(1).double().cpu())
+    nll, em = torch.cat(nll), torch.cat(em)
+    context = model.SPEC.infill_context
+    chunking = f"{ds.chunking}; span = tokens [{a}, {a + span}) of each chunk"
+    base = dict(dataset=ds.name, split=ds.split, n_samples=len(nll), estimator=context, chunking=chunking)
+    return [record(ctx, metric="infill_nll", value=nll.mean(), unit="nats/token", **base),
+            record(ctx, metric="infill_em", value=em.mean(), se=_binomial_se(float(em.mean()), len(em)),
+                   unit="fraction", **base)]
+
+
+# ---- the job -----------------------------------------------------------------------------------
+def load_run(run_dir: str | Path, weights: str):
+    """(model, spec, info) of the run's newest checkpoint, on the run's device with its compile
+    setting (`jobs.device.placement`); InputError when there is none or a newer one is corrupt
+    (see jobs.checkpoint.load_run)."""
+    model, spec, info = checkpoint.load_run(run_dir, weights, device="auto")
+    place = placement(spec)
+    if place.compile:
+        model.core.compile_stack()
+    if place.device.type == "cpu":
+        keep_freed_memory()  # batches of the same shapes again and again: no page faults for them
+    return model, spec, info
+
+
+def _seq_len(model, settings: Settings) -> int:
+    L = settings.seq_len or model.seq_len
+    if L > model.seq_len or L < 2:
+        raise InputError(f"--seq-len: {L} must be in [2, {model.seq_len}] (the model's context)")
+    return L
+
+
+def weight_kinds(spec, weights: str) -> tuple[str, ...]:
+    """Which weights to score: `auto` scores both the EMA and the raw weights of an EMA run (the
+    `weights` column says which each row used), and the raw weights otherwise."""
+    if weights != "auto":
+        return (weights,)
+    return ("ema", "raw") if spec.ema > 0 else ("raw",)
+
+
+def evaluate(run_dir: str | Path, suite: str = "quick", **overrides) -> pl.DataFrame:
+    """Evaluate the run's checkpoint with a suite; writes and returns run_dir/eval.parquet's rows.
+
+    Overrides: k_mc, m_max, n_targets, val_chunks, ensemble_chunks, zero_shot (names),
+    zero_shot_chunks, seed, weights (auto|ema|raw), seq_len, data_dir. Besides the family's
+    metrics, each dataset gets its `nll_unigram` baseline (a property of the data, weights null).
+    """
+    settings = make_settings(suite, **overrides)
+    rows: list[dict] = []
+    model, spec, info = load_run(run_dir, "raw" if settings.weights == "auto" else settings.weights)
+    settings = replace(settings, place=placement(spec))
+    L = _seq_len(model, settings)
+    missing: list[str] = []
+    try:
+        datasets = load_datasets(spec, settings, L, missing)
+    except ValueError as error:
+        raise InputError(str(error)) from None
+    for kind in weight_kinds(spec, settings.weights):
+        if kind != info.weights:
+            model, spec, info = load_run(run_dir, kind)
+        ctx = {**run_context(spec, model.count_params(), model.flops_per_token(), info.step, info.weights),
+               "eval_seed": settings.seed, **settings.place.columns()}
+        rows += compute_rows(model, spec, datasets, ctx, settings, Path(run_dir), missing)
+    rows += unigram_rows(spec, model.vocab_size, datasets, {**ctx, "weights": None})
+    frame = write_records(run_dir, to_frame(rows), drop=("gen_ppl",) if settings.suite.generate else ())
+    _report_missing(Path(run_dir), missing)
+    return frame
+
+
+def _report_missing(run_dir: Path, missing: list[str]) -> None:
+    """Name every zero-shot set the suite wanted but could not have, in status.json and stderr."""
+    from jobs.run.files import add_status_warning
+
+    for entry in dict.fromkeys(missing):  # once each, though both weight kinds looked
+        message = f"eval: zero-shot set not evaluated: {entry}"
+        print(f"warning: {message}", file=sys.stderr, flush=True)
+        add_status_warning(run_dir, message)
+
+
+def unigram_rows(spec, vocab_size: int, datasets: list[Dataset], ctx: dict) -> list[dict]:
+    """nll_unigram per dataset: the cross-entropy (nats/token) of the training split's add-one-
+    smoothed unigram distribution on that dataset's evaluated chunks. A model not clearly below it
+    has learned nothing beyond token frequencies (DESIGN §7: the plateau)."""
+    from jobs.data.unigram import unigram_nll
+
+    return [_row(ctx, ds, "nll_unigram",
+                 value=unigram_nll(spec.corpus, spec.tokenizer, vocab_size, ds.chunks, spec.text_field),
+                 unit="nats/token", n_samples=len(ds.chunks), estimator="unigram_add1_train")
+            for ds in datasets]
+
+
+def compute_rows(model, spec, datasets: list[Dataset], ctx: dict, settings: Settings,
+                 run_dir: Path, missing: list[str] | None = None) -> list[dict]:
+    """Every metric of the suite, as record rows (a LAMBADA that cannot be had goes to `missing`
+    unless the sets were named)."""
+    rows = []
+    autocast = settings.place.autocast() if settings.place else contextlib.nullcontext()
+    with torch.no_grad(), autocast:
+        for ds in datasets:
+            for group in model.SPEC.metrics:
+                rows += METRIC_ROWS[group](model, ds, ctx, settings)
+        if settings.suite.infill_span:
+            rows += infill_rows(model, datasets[-1 if len(datasets) == 1 else 1], ctx, settings)
+        if settings.suite.lambada:
+            try:
+                rows += lambada_rows(model, spec, ctx, settings)
+            except ValueError as error:
+                if settings.require_zero_shot or missing is None:
+                    raise
+                missing.append(f"lambada_acc: {str(error)[:300]}")
+    if settings.suite.generate and ctx["weights"] == weight_kinds(spec, settings.weights)[0]:
+        gs = GenSettings(n_samples=settings.suite.gen_samples, seed=settings.seed)
+        gen_rows, samples = generation_rows(model, spec, ctx, run_dir, gs=gs)
+        write_samples(run_dir, samples)  # the judge scores them later if it is not trained yet
+        rows += gen_rows
+    return rows
+
+
+# ---- CLI ---------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    """The `python -m jobs.evaluate` argument parser."""
+    p = Parser(prog="python -m jobs.evaluate", description="Evaluate one run's checkpoint.")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--suite", default="quick", help="quick | paper | SUITE:SET,SET (named sets required)")
+    p.add_argument("--k-mc", type=int_arg, help="MC draws per sequence (permutations / ELBO samples)")
+    p.add_argument("--m-max", type=int_arg, help="largest ensemble size M (sweep 1, 2, 4, ..., M)")
+    p.add_argument("--n-targets", type=int_arg, help="target slots scored per sequence when ensembling")
+    p.add_argument("--val-chunks", type=int_arg, help="validation windows of the run's corpus")
+    p.add_argument("--gen-samples", type=int_arg, help="samples per step count (suites that generate: paper)")
+    p.add_argument("--datasets", help="comma-separated zero-shot sets (wikitext2,ptb,lm1b,lambada,shakespeare)")
+    p.add_argument("--max-chunks", type=int_arg, help="chunks per zero-shot set")
+    p.add_argument("--seq-len", type=int_arg, help="chunk length (at most the model's context)")
+    p.add_argument("--weights", default="auto", help="auto | ema | raw")
+    p.add_argument("--data-dir", help="folder laid out like the offline data kit (default $AOSCALE_DATA)")
+    p.add_argument("--seed", type=int_arg, default=EVAL_SEED)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: exit 0 on success, 2 on bad input (one line on stderr, nothing written), 75 when
+    another process holds the run (jobs.runlock)."""
+    args = parse(build_parser(), argv)
+    if isinstance(args, int):
+        return args
+    overrides = dict(k_mc=args.k_mc, m_max=args.m_max, n_targets=args.n_targets, val_chunks=args.val_chunks,
+                     gen_samples=args.gen_samples,
+                     zero_shot_chunks=args.max_chunks, seq_len=args.seq_len, weights=args.weights,
+                     data_dir=args.data_dir, seed=args.seed)
+    if args.datasets is not None:
+        overrides["zero_shot"] = tuple(n.strip() for n in args.datasets.split(",") if n.strip())
+
+    def body() -> int:
+        if args.max_chunks is not None:
+            _positive("max_chunks", args.max_chunks)
+        if args.seed < 0:
+            raise InputError(f"--seed: {args.seed} must be >= 0")
+        make_settings(args.suite, **overrides)  # every flag checked before the lock is taken
+        check_eval_dir(Path(args.run_dir))
+        with holding(args.run_dir):
+            frame = evaluate(args.run_dir, args.suite, **overrides)
+        print(f"wrote {len(frame)} records to {Path(args.run_dir) / 'eval.parquet'}")
+        return 0
+
+    return run_main("error", body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

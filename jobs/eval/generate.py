@@ -1,0 +1,306 @@
+"""Generate samples from a run and measure them: generative perplexity, time, joint-vs-marginal.
+
+`python -m jobs.generate --run-dir DIR [--n-samples N] [--steps 64,128] ...` writes
+`run_dir/samples.parquet` (one row per sample) and merges these records into eval.parquet:
+  gen_ppl       per-sample exp(mean NLL) under the judge: an AR run that is not one of the compared
+                runs (the study's dedicated judge run, `spec.judge`, or --judge-run); value = mean,
+                se = std / sqrt(n); `evaluator` = the judge's run id. A model scoring its own
+                samples pays no KL term, so no compared run ever judges. When the judge has no
+                checkpoint yet, `score_samples` adds the rows later from samples.parquet.
+  gen_entropy   per-sample unigram entropy of the generated tokens (nats/token), mean and se:
+                repetitive text shows as low entropy beside a flattering gen_ppl
+  gen_time_s    wall seconds to generate the n samples (batched), per step count
+  gen_self_nll  families that declare `decode_order_nll` (the decoders): samples decoded k tokens
+                per step (linear schedule) scored by the same model along their decode order, per
+                k (`tokens_per_step`): the cost of the factorised parallel step, measured against
+                k = 1 (exact ancestral sampling)
+Each family samples with its own `sample` (its module under models/families), which names its
+method (the `estimator` column and samples.parquet's `method`).
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+import torch
+
+from cli import InputError, Parser, float_arg, int_arg, parse, run_main
+from jobs.train.checkpoint import latest_valid, load_run
+from jobs.run.device import placement
+from jobs.train.preflight import check_eval_dir
+from jobs.eval.records import read_records, record, run_context, to_frame, write_records
+from jobs.run.files import atomic_write_bytes
+from jobs.run.lock import holding
+from jobs.run.spec import RunSpec
+from models import likelihood as lk
+from models import sampling as sm
+from models.families import JUDGE_FAMILY
+
+SAMPLES_FILE = "samples.parquet"
+GEN_SEED = 20240918  # default sampling seed, recorded as eval_seed
+
+
+@dataclass(frozen=True)
+class GenSettings:
+    """How to sample: counts, step settings, schedule/sampler and nucleus settings."""
+
+    n_samples: int = 16
+    length: int | None = None  # default: the model's context
+    steps: tuple[int, ...] = (64,)
+    schedule: str = "linear"  # decoders
+    sampler: str | None = None  # MDM; default ancestral (sedd models: analytic)
+    sampling: sm.Sampling = field(default_factory=sm.Sampling)
+    tokens_per_step: tuple[int, ...] = (1, 2, 4, 8)  # joint-vs-marginal sweep (decoders)
+    seed: int = GEN_SEED
+
+
+def _request(gs: GenSettings, length: int, steps: int) -> sm.Request:
+    """The family's sampling request for one step count."""
+    return sm.Request(gs.n_samples, length, steps, gs.schedule, gs.sampler, gs.sampling)
+
+
+# ---- the judge ---------------------------------------------------------------------------------
+def judge_dir(run_dir: Path, spec, judge_run: str | Path | None = None) -> Path | None:
+    """The judge's run directory: --judge-run, else the spec's (a sibling run id or a path)."""
+    chosen = judge_run or spec.judge
+    if not chosen:
+        return None
+    path = Path(chosen)
+    return path if path.is_absolute() or len(path.parts) > 1 else Path(run_dir).parent / chosen
+
+
+def load_judge(run_dir: Path, spec, length: int, judge_run: str | Path | None = None):
+    """(model, run id) of the judge; (None, None) when there is none or it has no checkpoint yet.
+
+    ValueError when the judge cannot judge: not an AR run, another tokenizer, a shorter context,
+    or one of the compared runs of this study."""
+    path = judge_dir(run_dir, spec, judge_run)
+    if path is None:
+        return None, None
+    try:
+        other = RunSpec.load(path / "spec.json")
+    except (OSError, ValueError):
+        raise ValueError(f"--judge-run: {path} is not a run directory with a valid spec.json") from None
+    if other.family != JUDGE_FAMILY or other.tokenizer != spec.tokenizer or other.seq_len < length:
+        raise ValueError(f"--judge-run: {path} must be an AR run with tokenizer {spec.tokenizer!r} and a "
+                         f"context of at least {length}")
+    if other.role != "judge" and other.study == spec.study or other.run_id == spec.run_id:
+        raise ValueError(f"--judge-run: {path} is a compared run of study {spec.study!r}; a model cannot "
+                         "judge its own comparison (use the study's judge run or one from another study)")
+    if latest_valid(path) is None:
+        return None, None
+    model, other, _ = load_run(path, "auto", device="auto")
+    return model, other.run_id
+
+
+def unigram_entropy(samples: torch.Tensor) -> torch.Tensor:
+    """Entropy (nats) of each sample's token frequencies: [N, L] -> [N]; a constant sample has 0."""
+    out = []
+    for row in samples:
+        p = torch.bincount(row).double()
+        p = p[p > 0] / row.numel()
+        out.append(-(p * p.log()).sum())
+    return torch.stack(out)
+
+
+# ---- measurement -------------------------------------------------------------------------------
+def _gen_record(ctx, metric, value, unit, n, **extra) -> dict:
+    return record(ctx, dataset="generated", split="samples", metric=metric, value=value, unit=unit,
+                  n_samples=n, **extra)
+
+
+def _mean_se(values: torch.Tensor) -> tuple[float, float | None]:
+    values = values.double()
+    se = float(values.std() / math.sqrt(len(values))) if len(values) > 1 else None
+    return float(values.mean()), se
+
+
+def self_nll_rows(model, ctx, gs: GenSettings, length: int) -> list[dict]:
+    """gen_self_nll per tokens-per-step k (families declaring `decode_order_nll`): joint NLL of
+    k-parallel samples."""
+    rows = []
+    for k in gs.tokens_per_step:
+        g = torch.Generator(model.wte.weight.device).manual_seed(gs.seed + k)
+        nll, steps = model.decode_order_nll(gs.n_samples, length, k, gs.sampling, g)
+        value, se = _mean_se(nll)
+        rows.append(_gen_record(ctx, "gen_self_nll", value, "nats/token", gs.n_samples, se=se,
+                                estimator="decode_order", tokens_per_step=k, steps=steps))
+    return rows
+
+
+def generation_rows(model, spec, ctx: dict, run_dir: Path, seed: int = GEN_SEED,
+                    gs: GenSettings | None = None, judge_run=None) -> tuple[list[dict], list[dict]]:
+    """(record rows, sample rows) for every step count of `gs`."""
+    gs = gs or GenSettings(seed=seed)
+    length = gs.length or model.seq_len
+    evaluator, evaluator_id = load_judge(Path(run_dir), spec, length, judge_run)
+    if model.sample is None:
+        raise ValueError(f"family: {model.family!r} declares no sampler (`sample`); it cannot generate")
+    steps_list = (length,) if model.SPEC.steps_are_length else gs.steps
+    rows, samples = [], []
+    for steps in steps_list:
+        g = torch.Generator(model.wte.weight.device).manual_seed(gs.seed * 1_000_003 + steps)
+        start = time.perf_counter()
+        with placement(spec).autocast():
+            out = model.sample(_request(gs, length, steps), g)
+        _synchronize(model)
+        elapsed = time.perf_counter() - start
+        if not out.method:
+            raise ValueError(f"family: {model.family!r}'s `sample` names no method (Generation.method)")
+        extra = dict(steps=out.steps, estimator=out.method)  # the steps run, not those asked for
+        rows.append(_gen_record(ctx, "gen_time_s", elapsed, "s", gs.n_samples, **extra))
+        value, se = _mean_se(unigram_entropy(out.tokens))
+        rows.append(_gen_record(ctx, "gen_entropy", value, "nats/token", gs.n_samples, se=se, **extra))
+        if evaluator is not None:
+            value, se = _mean_se(lk.sample_ppl(evaluator, out.tokens))
+            rows.append(_gen_record(ctx, "gen_ppl", value, "ppl", gs.n_samples, se=se, evaluator=evaluator_id,
+                                    **extra))
+        samples += _sample_rows(spec, out.tokens, extra)
+    if model.decode_order_nll is not None:
+        rows += self_nll_rows(model, ctx, gs, length)
+    return rows, samples
+
+
+def _synchronize(model) -> None:
+    """Wait for the model's GPU (timings cover the work, not its launch)."""
+    if model.wte.weight.device.type == "cuda":
+        torch.cuda.synchronize(model.wte.weight.device)
+
+
+def _sample_rows(spec, tokens: torch.Tensor, extra: dict) -> list[dict]:
+    from jobs.data.corpus import get_encoding
+
+    enc = get_encoding(spec.tokenizer)
+    return [{"run_id": spec.run_id, "method": extra["estimator"], "steps": extra["steps"], "sample": i,
+             "tokens": row, "text": enc.decode(row, errors="replace")}
+            for i, row in enumerate(tokens.tolist())]
+
+
+def write_samples(run_dir: Path, samples: list[dict]) -> None:
+    """samples.parquet, atomically."""
+    buffer = io.BytesIO()
+    pl.DataFrame(samples, schema={"run_id": pl.String, "method": pl.String, "steps": pl.Int64,
+                                  "sample": pl.Int64, "tokens": pl.List(pl.Int64), "text": pl.String}
+                 ).write_parquet(buffer)
+    atomic_write_bytes(run_dir / SAMPLES_FILE, buffer.getvalue())
+
+
+def score_samples(run_dir: str | Path, judge_run: str | Path | None = None) -> pl.DataFrame | None:
+    """Add gen_ppl rows for samples.parquet under the judge (rows the run's own generation could
+    not write because its judge was not trained yet). None when there is nothing to score."""
+    run_dir = Path(run_dir)
+    if not (run_dir / SAMPLES_FILE).exists():
+        return None
+    spec = RunSpec.load(run_dir / "spec.json")
+    records = read_records(run_dir)
+    if not records.filter(pl.col("metric") == "gen_ppl").is_empty():
+        return None  # scored already
+    samples = pl.read_parquet(run_dir / SAMPLES_FILE)
+    length = int(samples["tokens"].list.len().max())
+    judge, judge_id = load_judge(run_dir, spec, length, judge_run)
+    if judge is None:
+        return None
+    timed = records.filter(pl.col("metric") == "gen_time_s")
+    rows = []
+    for (method, steps), group in samples.group_by(["method", "steps"], maintain_order=True):
+        base = timed.filter((pl.col("estimator") == method) & (pl.col("steps") == steps)).row(0, named=True)
+        ctx = {k: v for k, v in base.items() if k not in ("dataset", "split", "metric", "value", "se", "n_samples",
+                                                           "m", "unit", "estimator", "steps", "evaluator")}
+        with torch.no_grad():
+            value, se = _mean_se(lk.sample_ppl(judge, torch.tensor(group.sort("sample")["tokens"].to_list())))
+        rows.append(_gen_record(ctx, "gen_ppl", value, "ppl", len(group), se=se, evaluator=judge_id,
+                                steps=steps, estimator=method))
+    return write_records(run_dir, to_frame(rows))
+
+
+def generate(run_dir: str | Path, gs: GenSettings = GenSettings(), weights: str = "auto",
+             judge_run: str | Path | None = None) -> pl.DataFrame:
+    """Sample from the run, write samples.parquet, merge records into eval.parquet."""
+    run_dir = Path(run_dir)
+    model, spec, info = load_run(run_dir, weights, device="auto")
+    length = gs.length or model.seq_len
+    if length > model.seq_len:
+        raise InputError(f"--length: {length} exceeds the model's context {model.seq_len}")
+    ctx = {**run_context(spec, model.count_params(), model.flops_per_token(), info.step, info.weights),
+           "eval_seed": gs.seed, **placement(spec).columns()}
+    try:
+        rows, samples = generation_rows(model, spec, ctx, run_dir, gs=gs, judge_run=judge_run)
+    except ValueError as error:
+        raise InputError(str(error)) from None
+    write_samples(run_dir, samples)
+    return write_records(run_dir, to_frame(rows), drop=("gen_ppl",))  # new samples: old scores are stale
+
+
+# ---- CLI ---------------------------------------------------------------------------------------
+def _ints(text: str, name: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise InputError(f"--{name}: expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise InputError(f"--{name}: every value must be a positive integer, got {text!r}")
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `python -m jobs.generate` argument parser."""
+    p = Parser(prog="python -m jobs.generate", description="Sample from a run and score the samples.")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--n-samples", type=int_arg, default=16)
+    p.add_argument("--length", type=int_arg, help="tokens per sample (default: the model's context)")
+    p.add_argument("--steps", default="64", help="comma-separated step counts T (decoders, MDMs)")
+    p.add_argument("--schedule", default="linear", help="decoders: linear | cosine | bernoulli")
+    p.add_argument("--sampler", help="MDM: ancestral | analytic | euler")
+    p.add_argument("--temperature", type=float_arg, default=1.0)
+    p.add_argument("--top-p", type=float_arg, default=1.0)
+    p.add_argument("--tokens-per-step", default="1,2,4,8", help="decoders: joint-vs-marginal sweep")
+    p.add_argument("--judge-run", "--evaluator-run", dest="judge_run",
+                   help="AR run directory that scores samples (default: the study's judge run); never a "
+                        "compared run of the same study")
+    p.add_argument("--weights", default="auto")
+    p.add_argument("--seed", type=int_arg, default=GEN_SEED)
+    return p
+
+
+def settings_from_args(args) -> GenSettings:
+    """Validated GenSettings from parsed CLI arguments (InputError naming the field)."""
+    if args.n_samples < 1:
+        raise InputError(f"--n-samples: must be a positive integer, got {args.n_samples}")
+    if args.length is not None and args.length < 1:
+        raise InputError(f"--length: must be a positive integer, got {args.length}")
+    if args.schedule not in sm.SCHEDULES:
+        raise InputError(f"--schedule: {args.schedule!r} is not one of {list(sm.SCHEDULES)}")
+    if args.sampler is not None and args.sampler not in sm.MDM_SAMPLERS:
+        raise InputError(f"--sampler: {args.sampler!r} is not one of {list(sm.MDM_SAMPLERS)}")
+    if not (args.temperature >= 0 and 0 < args.top_p <= 1):
+        raise InputError("--temperature/--top-p: need temperature >= 0 and 0 < top_p <= 1")
+    return GenSettings(args.n_samples, args.length, _ints(args.steps, "steps"), args.schedule, args.sampler,
+                       sm.Sampling(args.temperature, args.top_p), _ints(args.tokens_per_step, "tokens-per-step"),
+                       args.seed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: exit 0 on success, 2 on bad input (one line on stderr, nothing written)."""
+    args = parse(build_parser(), argv)
+    if isinstance(args, int):
+        return args
+
+    def body() -> int:
+        gs = settings_from_args(args)
+        check_eval_dir(Path(args.run_dir))
+        with holding(args.run_dir):
+            frame = generate(args.run_dir, gs, args.weights, args.judge_run)
+        print(f"wrote {SAMPLES_FILE} and {len(frame)} records to {args.run_dir}")
+        return 0
+
+    return run_main("error", body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,250 @@
+"""Checkpoints: atomic step directories with per-file checksums, fallback past corrupt ones.
+
+Layout of one checkpoint, `run_dir/ckpt/step_XXXXXXXX/`:
+
+- `model.pt`: `{"model": full state dict, "ema": EMA state or None, "step": int}`: everything
+  evaluation needs, never sharded (ZeRO-3 weights are gathered before saving), so `load_model`
+  works without DeepSpeed;
+- engine state: `optimizer.pt` (torch engine) or `ds/` (DeepSpeed's own `save_checkpoint`
+  output), and `rank_XXXX.pt` per rank (its RNG states, both engines);
+- `meta.json` (written last): step, engine and the sha256 of every other file.
+
+A checkpoint is built in `ckpt/.tmp_step_XXXXXXXX/`, each file fsynced, then renamed into place,
+so a crash never leaves a half-written `step_*` directory. On load the checksums are verified;
+a corrupt checkpoint is skipped with a warning and the previous one is used.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cli import InputError
+from jobs.run.files import CKPT_DIR, CKPT_PREFIX, SPEC_FILE, atomic_write_json, fsync_dir
+from jobs.run.spec import RunSpec
+
+META_FILE = "meta.json"
+MODEL_FILE = "model.pt"
+_PREFIX = CKPT_PREFIX
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """Which checkpoint was loaded and which weights."""
+
+    path: Path
+    step: int
+    engine: str
+    weights: str  # "ema" or "raw"
+
+
+def step_dir(run_dir: str | Path, step: int) -> Path:
+    """`run_dir/ckpt/step_XXXXXXXX` (the name sorts by step)."""
+    return Path(run_dir) / CKPT_DIR / f"{_PREFIX}{step:08d}"
+
+
+def temp_dir(run_dir: str | Path, step: int) -> Path:
+    """The staging directory a checkpoint is built in (the same name on every rank)."""
+    return Path(run_dir) / CKPT_DIR / f".tmp_{_PREFIX}{step:08d}"
+
+
+def checkpoint_dirs(run_dir: str | Path) -> list[Path]:
+    """Committed checkpoint directories, oldest first."""
+    root = Path(run_dir) / CKPT_DIR
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(_PREFIX)]
+    return sorted((p for p in found if p.name[len(_PREFIX):].isdigit()), key=step_of)
+
+
+def sha256_file(path: Path, fsync: bool = False) -> str:
+    """sha256 (hex) of a file's bytes; with `fsync`, also flush it to disk."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 24), b""):
+            digest.update(block)
+        if fsync:
+            os.fsync(handle.fileno())
+    return digest.hexdigest()
+
+
+def _files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.name != META_FILE)
+
+
+def save_file(obj: Any, path: Path) -> None:
+    """`torch.save` into a staging directory (fsynced at commit). A failed write (a full disk)
+    raises its own OSError, not the archive writer's RuntimeError that hides it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as handle:
+        try:
+            torch.save(obj, handle)
+        except RuntimeError as error:
+            if isinstance(error.__context__, OSError):
+                raise error.__context__ from None
+            raise
+
+
+def step_of(path: Path) -> int:
+    """The step of a checkpoint directory, from its name."""
+    return int(path.name[len(_PREFIX):])
+
+
+def remove_staging(run_dir: str | Path) -> None:
+    """Delete every staging directory (`ckpt/.tmp_step_*`): a save that failed or was killed."""
+    root = Path(run_dir) / CKPT_DIR
+    for tmp in root.glob(f".tmp_{_PREFIX}*") if root.is_dir() else ():
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def prepare(run_dir: str | Path, step: int) -> Path:
+    """An empty staging directory for the checkpoint of `step` (leftovers of a crash removed)."""
+    tmp = temp_dir(run_dir, step)
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def commit(run_dir: str | Path, step: int, engine: str, keep: int) -> Path:
+    """Checksum and fsync the staged files, write meta.json, rename into place, prune to `keep`."""
+    tmp, final = temp_dir(run_dir, step), step_dir(run_dir, step)
+    files = {str(p.relative_to(tmp)): sha256_file(p, fsync=True) for p in _files(tmp)}
+    atomic_write_json(tmp / META_FILE, {"step": step, "engine": engine, "files": files})
+    if final.exists():  # the same step saved again (e.g. preempted exactly at a checkpoint)
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    fsync_dir(final.parent)
+    prune(run_dir, keep)
+    return final
+
+
+def prune(run_dir: str | Path, keep: int) -> None:
+    """Delete all but the newest `keep` checkpoints (keep >= 1)."""
+    for old in checkpoint_dirs(run_dir)[: -max(1, keep)]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def verify(path: Path) -> str | None:
+    """None when every file matches its checksum, else why the checkpoint is unusable."""
+    try:
+        meta = json.loads((path / META_FILE).read_text())
+        for name, expected in meta["files"].items():
+            if not (path / name).is_file():
+                return f"{name} is missing"
+            if sha256_file(path / name) != expected:
+                return f"{name} fails its sha256 check"
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return f"meta.json unreadable ({error})"
+    return None
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    """The checkpoint's meta.json."""
+    return json.loads((path / META_FILE).read_text())
+
+
+def latest_valid(run_dir: str | Path,
+                 warn: Callable[[str], None] | None = None) -> Path | None:
+    """The newest checkpoint whose checksums verify; each corrupt newer one is reported to `warn`."""
+    for path in reversed(checkpoint_dirs(run_dir)):
+        problem = verify(path)
+        if problem is None:
+            return path
+        if warn is not None:
+            warn(f"checkpoint {path.name} is corrupt ({problem}); falling back to an earlier one")
+    return None
+
+
+def load_file(path: Path) -> Any:
+    """`torch.load(..., weights_only=True)` onto the CPU."""
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Models from run directories
+
+
+def vocab_size(tokenizer: str) -> int:
+    """Vocabulary size of a tokenizer (all ids including specials)."""
+    from jobs.data.corpus import get_encoding
+
+    return get_encoding(tokenizer).n_vocab
+
+
+def model_from_spec(spec: RunSpec) -> torch.nn.Module:
+    """A freshly initialised model for the spec (`ValueError` naming a bad family/size/option)."""
+    import models
+
+    return models.build_model(spec.family, spec.size, vocab_size=vocab_size(spec.tokenizer),
+                              seq_len=spec.seq_len, **spec.options)
+
+
+def _pick_weights(weights: str, spec: RunSpec) -> str:
+    if weights not in ("auto", "ema", "raw"):
+        raise ValueError(f"weights: {weights!r} must be auto, ema or raw")
+    if weights == "ema" and spec.ema <= 0:
+        raise ValueError("weights: 'ema' requested but the run trained without EMA (ema=0); use raw")
+    return ("ema" if spec.ema > 0 else "raw") if weights == "auto" else weights
+
+
+def load_model(run_dir: str | Path, weights: str = "auto",
+               warn: Callable[[str], None] | None = None, device: str | torch.device = "cpu"
+               ) -> tuple[torch.nn.Module, RunSpec, CheckpointInfo]:
+    """Build the run's model from spec.json and load its newest valid checkpoint.
+
+    `weights`: `auto` (EMA weights when the run used EMA, else raw), `ema` or `raw`. The model is
+    returned in eval mode on `device`: `cpu` (default), a torch device, or `auto` for the run's
+    device rule (`jobs.device.pick_device`: this rank's GPU where CUDA exists). Raises
+    `FileNotFoundError` when no valid checkpoint exists.
+    """
+    spec = RunSpec.load(Path(run_dir) / SPEC_FILE)
+    chosen = _pick_weights(weights, spec)
+    path = latest_valid(run_dir, warn)
+    if path is None:
+        raise FileNotFoundError(f"run_dir: no valid checkpoint under {Path(run_dir) / CKPT_DIR}; "
+                                "train the run first (python -m jobs.train --run-dir ...)")
+    state = load_file(path / MODEL_FILE)
+    model = model_from_spec(spec)
+    model.load_state_dict(state["model"])
+    if chosen == "ema":
+        from models.ema import EMA
+
+        ema = EMA(model, spec.ema)
+        ema.load_state_dict(state["ema"])
+        ema.apply_to(model)
+    info = CheckpointInfo(path=path, step=int(state["step"]),
+                          engine=read_meta(path)["engine"], weights=chosen)
+    if device == "auto":
+        from jobs.run.device import pick_device
+
+        device = pick_device()
+    return model.to(device).eval(), spec, info
+
+
+def load_run(run_dir: str | Path, weights: str = "auto", device="cpu") -> tuple[torch.nn.Module, RunSpec, CheckpointInfo]:
+    """`load_model` for evaluation and generation, with every problem as a `cli.InputError`: no
+    spec.json, no valid checkpoint, or a newer checkpoint that fails its checksum (never used
+    silently at an older step: the message says to train the run again from there)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / SPEC_FILE).is_file():
+        raise InputError(f"--run-dir: {run_dir} has no spec.json; pass a run directory")
+    problems: list[str] = []
+    try:
+        model, spec, info = load_model(run_dir, weights=weights, warn=problems.append, device=device)
+    except FileNotFoundError as error:
+        raise InputError(f"--run-dir: {error}") from None
+    except (ValueError, TypeError) as error:
+        raise InputError(str(error).splitlines()[0]) from None
+    if problems:
+        corrupt = problems[0].split(";")[0]
+        raise InputError(f"--run-dir: {corrupt}, newer than the valid one at step {info.step}; rerun "
+                         f"python -m jobs.train --run-dir {run_dir} to train it again from step {info.step}")
+    return model, spec, info

@@ -1,0 +1,111 @@
+"""Flags of the trainer's command line (`python -m jobs.train`, whose `main` is `jobs.train.main`):
+flags, `--set key=value` and `--spec spec.json` become a `RunSpec`.
+
+Bad input raises `cli.InputError` naming the field, before anything is written.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from cli import InputError, Parser, float_arg, int_arg
+from jobs.train.preflight import check_types
+from jobs.run.files import SPEC_FILE
+from jobs.run.spec import RunSpec
+
+DEFAULT_LR = 1e-3  # for the CPU rungs; scaling/ sets each rung's learning rate in studies
+DEFAULT_WARMUP_FRACTION = 0.1  # warm-up steps = 10 % of steps unless --warmup is given
+FLAG_FIELDS = {  # CLI flag -> RunSpec field
+    "family": "family", "size": "size", "steps": "steps", "batch_size": "batch_size",
+    "micro_batch_size": "micro_batch_size", "seq_len": "seq_len", "lr": "lr",
+    "warmup": "warmup_steps", "seed": "seed", "corpus": "corpus", "tokenizer": "tokenizer",
+    "engine": "engine", "zero_stage": "zero_stage", "checkpoint_every": "checkpoint_every",
+    "ema": "ema", "eval_every": "eval_every", "log_every": "log_every", "precision": "precision",
+    "compile": "compile",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `python -m jobs.train` argument parser."""
+    p = Parser(prog="python -m jobs.train", description="Train (or resume) one run.")
+    p.add_argument("--run-dir", required=True, help="run directory (created; reruns resume)")
+    p.add_argument("--spec", help="a spec.json to train (flags given too override its fields)")
+    for name in ("family", "size", "corpus", "tokenizer", "engine", "precision"):
+        p.add_argument(f"--{name.replace('_', '-')}")
+    p.add_argument("--compile", help="torch.compile the core: auto (on GPU only) | on | off")
+    for name in ("steps", "tokens", "batch_size", "micro_batch_size", "seq_len", "warmup", "seed",
+                 "zero_stage", "checkpoint_every", "eval_every", "log_every"):
+        p.add_argument(f"--{name.replace('_', '-')}", type=int_arg)
+    p.add_argument("--lr", type=float_arg)
+    p.add_argument("--ema", type=float_arg)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a spec field, tracking.KEY, or else a model option (value parsed as JSON)")
+    p.add_argument("--max-steps-this-call", type=int_arg, help="stop (preempted) after this many steps")
+    p.add_argument("--handle-signals", action="store_true", default=True,
+                   help="SIGTERM/SIGUSR1/SIGUSR2/SIGINT checkpoint and stop, state preempted (the default)")
+    p.add_argument("--no-handle-signals", dest="handle_signals", action="store_false",
+                   help="leave the signals' default actions (the run is marked failed or preempted)")
+    return p
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _apply_sets(fields: dict[str, Any], pairs: list[str]) -> None:
+    names = {f.name for f in dataclasses.fields(RunSpec)}
+    options, tracking = dict(fields.get("model_options", {})), dict(fields.get("tracking", {}))
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InputError(f"--set: {pair!r} must look like key=value")
+        if key.startswith("tracking."):
+            tracking[key.removeprefix("tracking.")] = _parse_value(value)
+        elif key in names:
+            fields[key] = _parse_value(value)
+        else:
+            options[key] = _parse_value(value)
+    fields["model_options"], fields["tracking"] = options, tracking
+
+
+def _base_fields(args: argparse.Namespace) -> dict[str, Any]:
+    source = Path(args.spec) if args.spec else Path(args.run_dir) / SPEC_FILE
+    if args.spec or (source.exists() and args.family is None):
+        try:
+            fields = RunSpec.load(source).to_dict()
+        except (OSError, ValueError, TypeError) as error:
+            raise InputError(f"spec: cannot read {source} ({error}); give a valid spec.json") from None
+        fields.pop("run_id")
+        return fields
+    missing = [f"--{n}" for n in ("family", "size") if getattr(args, n) is None]
+    if args.steps is None and args.tokens is None:
+        missing.append("--steps or --tokens")
+    if missing:
+        raise InputError(f"arguments: {', '.join(missing)} required (or --spec spec.json)")
+    return {"family": args.family, "size": args.size, "steps": 0, "lr": DEFAULT_LR, "warmup_steps": None}
+
+
+def spec_from_args(args: argparse.Namespace) -> RunSpec:
+    """The RunSpec named by the command line (ValueError on bad input)."""
+    fields = _base_fields(args)
+    fields.update({FLAG_FIELDS[k]: v for k, v in vars(args).items() if k in FLAG_FIELDS and v is not None})
+    _apply_sets(fields, args.set)
+    check_types({k: v for k, v in fields.items() if not (k == "warmup_steps" and v is None)})
+    if args.tokens is not None:
+        tokens_per_step = fields.get("batch_size", 16) * fields.get("seq_len", 128)
+        if args.tokens < 1 or tokens_per_step < 1:
+            raise InputError(f"tokens: {args.tokens} tokens at batch_size x seq_len = {tokens_per_step} per step; "
+                             "all three must be positive")
+        fields["steps"] = -(-args.tokens // tokens_per_step)
+    if fields.get("warmup_steps") is None:
+        fields["warmup_steps"] = int(DEFAULT_WARMUP_FRACTION * fields["steps"])
+    try:
+        return RunSpec.from_dict(fields)
+    except (TypeError, ValueError) as error:
+        raise InputError(f"spec: {error}") from None

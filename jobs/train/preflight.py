@@ -1,0 +1,310 @@
+"""Preflight: every check a run's inputs must pass before anything is written.
+
+`check_run(run_dir, spec)` is what `jobs.train` runs first, and `scaling.preflight` runs the
+same checks over every run of a study before the launcher writes the study:
+
+- field types and ranges (integers where counts are, finite positive numbers where rates are),
+  then `jobs.run_checks.validate`, the trainer's own rules;
+- the model's own rules (family, size, options, context), without building the model, and that
+  the family provides every capability its evaluation suite uses (`jobs.suites.Suite.capabilities`);
+- memory of the model's training state and activations against this machine;
+- the data (through jobs.data's loaders): the corpus exists, decodes as UTF-8 (the file and byte
+  offset are named), `.jsonl` records hold their text field, and each split holds at least one
+  window of `seq_len + 1` tokens; Hugging Face names are resolved once, with a timeout;
+- the run directory can be written.
+
+Each failure is a `cli.InputError` naming the field or file and the fix. Nothing here writes:
+token counts come from tokenising a small local corpus in memory, else from the token cache.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import socket
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from cli import InputError
+from jobs.data import corpus as data
+from jobs.data.datasets import parse_eval_suite
+from jobs.train.rules import check_run_dir, validate
+from jobs.run.files import SPEC_FILE, checkpoint_steps
+from jobs.run.spec import RunSpec
+from jobs.data.suites import SUITES
+from models import FAMILIES
+from models.families.base import capabilities, resolve_options
+from models.ladder import core_params, get_shape
+
+SEED_LIMIT = 2**63  # torch.manual_seed and numpy's SeedSequence take any seed in [0, 2**63)
+# Bytes per parameter in training: fp32 weights 4 + gradients 4 + AdamW moments 8 (+ EMA 4).
+STATE_BYTES_PER_PARAM = 16
+EMA_BYTES_PER_PARAM = 4
+# Activation bytes per layer per token, fp32, no recomputation: 2 x (34 d + 5 h T) after
+# Korthikanti et al. (2022), "Reducing Activation Recomputation in Large Transformer Models", eq. 2.
+ACT_BYTES_PER_D, ACT_BYTES_PER_HT = 2 * 34, 2 * 5
+IN_MEMORY_BYTES = 16 << 20  # local corpora up to this size are tokenised in memory (seconds); larger: the cache
+HUB_TIMEOUT_S = 20.0  # one resolution of a Hugging Face name; offline names fail at once
+HUB_HOST = "huggingface.co"
+_FIELD_KINDS = {f.name: f.type for f in dataclasses.fields(RunSpec)}
+
+
+def _kind_error(name: str, value: Any, kind: str) -> InputError:
+    return InputError(f"{name}: {value!r} is not {kind}; give {kind} (e.g. in spec.json or --set {name}=...)")
+
+
+def check_types(fields: dict[str, Any]) -> None:
+    """Each RunSpec field present in `fields` has its type: integers (not bools) for counts,
+    finite numbers for rates, strings for names; seeds in [0, 2**63)."""
+    for name, value in fields.items():
+        kind = _FIELD_KINDS.get(name)
+        if kind == "int" and (not isinstance(value, int) or isinstance(value, bool)):
+            raise _kind_error(name, value, "an integer")
+        if kind == "float" and (not isinstance(value, (int, float)) or isinstance(value, bool)
+                                or not math.isfinite(value)):
+            raise _kind_error(name, value, "a finite number")
+        if kind == "str" and not isinstance(value, str):
+            raise _kind_error(name, value, "a string")
+        if kind and kind.startswith("tuple") and not isinstance(value, (dict, tuple, list)):
+            raise _kind_error(name, value, "a table of key = value options")
+    seed = fields.get("seed", 0)
+    if not 0 <= seed < SEED_LIMIT:
+        raise InputError(f"seed: {seed} must be in [0, 2**63); pass a non-negative seed")
+
+
+def check_spec(spec: RunSpec) -> None:
+    """Types, the trainer's rules and the model's rules of one spec (no data, no memory)."""
+    check_types({f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)})
+    try:
+        validate(spec)
+    except ValueError as error:
+        raise InputError(str(error)) from None
+    model_params(spec)
+    check_capabilities(spec)
+
+
+def check_capabilities(spec: RunSpec) -> None:
+    """InputError naming `eval_suite` when the run's family lacks a capability its suite uses (e.g.
+    a sampler for a suite that generates): refused before training, not failed after it."""
+    suite = parse_eval_suite(spec.eval_suite)[0]
+    if suite not in SUITES or spec.family not in FAMILIES:
+        return  # an unknown suite or family is the suite's or model_params' error
+    missing = [c for c in SUITES[suite].capabilities if c not in capabilities(FAMILIES[spec.family])]
+    if missing:
+        able = [name for name, s in SUITES.items() if set(s.capabilities) <= set(capabilities(FAMILIES[spec.family]))]
+        raise InputError(f"eval_suite: suite {suite!r} needs `{missing[0]}`, which family {spec.family!r} does "
+                         f"not provide; choose a suite it supports ({', '.join(able) or 'none'}) or implement "
+                         f"`{missing[0]}` in the family's module")
+
+
+def model_params(spec: RunSpec) -> int:
+    """The model's own rules (family, size, options, context) and its parameter count, without
+    building it: the core (models.ladder.core_params) plus token, position and head tables."""
+    if spec.family not in FAMILIES:
+        raise InputError(f"family: unknown family {spec.family!r}; valid: {', '.join(FAMILIES)}")
+    try:
+        shape = get_shape(spec.size)
+        resolve_options(spec.family, FAMILIES[spec.family].OPTIONS, spec.options)
+        vocab = data.get_encoding(spec.tokenizer).n_vocab
+    except (ValueError, TypeError, KeyError) as error:
+        raise InputError(str(error).splitlines()[0]) from None
+    tables = (2 * vocab + spec.seq_len + 1) * shape.d_model  # tokens, positions, an untied head
+    return core_params(shape) + tables
+
+
+def memory_bytes(spec: RunSpec, n_params: int, world_size: int = 1) -> int:
+    """Training memory of one rank: optimizer state (partitioned over ranks under ZeRO) and the
+    activations of one micro-batch (see ACT_BYTES_PER_*)."""
+    shape = get_shape(spec.size)
+    per_param = STATE_BYTES_PER_PARAM + (EMA_BYTES_PER_PARAM if spec.ema > 0 else 0)
+    states = n_params * per_param // (world_size if spec.engine == "deepspeed" else 1)
+    tokens = spec.micro_batch * spec.seq_len
+    per_layer = tokens * (ACT_BYTES_PER_D * shape.d_model + ACT_BYTES_PER_HT * shape.n_head * spec.seq_len)
+    return states + shape.n_layer * per_layer
+
+
+def machine_bytes() -> tuple[int, str]:
+    """Memory one run may use here: the first GPU's when there is one, else physical RAM."""
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(0).total_memory, "GPU memory"
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "RAM"
+
+
+def check_memory(spec: RunSpec, world_size: int = 1) -> None:
+    """Refuse a run whose training state alone would not fit this machine."""
+    need = memory_bytes(spec, model_params(spec), world_size)
+    have, what = machine_bytes()
+    if need > have:
+        raise InputError(f"size: {spec.size} with batch {spec.micro_batch} x seq_len {spec.seq_len} needs about "
+                         f"{need / 2**30:.0f} GiB to train, more than this machine's {have / 2**30:.0f} GiB "
+                         f"of {what}; use a smaller --size, --batch-size or --seq-len, or a cluster backend")
+
+
+# ---------------------------------------------------------------------------------------------
+# Data
+
+
+def _local_corpus_error(corpus: str, error: Exception) -> InputError:
+    """A readable message for a local corpus that does not load (names the file and offset)."""
+    if isinstance(error, UnicodeDecodeError):
+        where = _undecodable_file(Path(corpus).expanduser())
+        return InputError(f"corpus: {where} is not UTF-8 text (byte offset {error.start}: {error.reason}); "
+                          "convert the file to UTF-8")
+    if isinstance(error, json.JSONDecodeError):
+        return InputError(f"corpus: {corpus} holds a .jsonl line that is not JSON ({error.msg} at line "
+                          f"{error.lineno}); one JSON object per line")
+    if isinstance(error, (KeyError, TypeError)):
+        return InputError(f"corpus: {corpus} holds a .jsonl record without a \"text\" field; every line must be "
+                          "an object with a \"text\" string")
+    if isinstance(error, OSError):
+        return InputError(f"corpus: {corpus} cannot be read ({error.strerror or error}); check its permissions")
+    message = str(error).splitlines()[0]
+    return InputError(message if message.startswith("corpus") else f"corpus: {message}")
+
+
+def _undecodable_file(path: Path) -> Path:
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.suffix in data.LOCAL_SUFFIXES)
+    for file in files:
+        try:
+            file.read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            return file
+    return path
+
+
+def _hub_reachable() -> bool:
+    """Whether the Hub's host name resolves (a quick, quiet test before `datasets` retries)."""
+    try:
+        socket.getaddrinfo(HUB_HOST, 443)
+    except OSError:
+        return False
+    return True
+
+
+def _resolve_hub(corpus: str) -> None:
+    """Resolve a Hugging Face dataset name once (metadata only), within HUB_TIMEOUT_S."""
+    try:
+        import datasets
+    except ImportError:
+        raise InputError(f"corpus: {corpus!r} is not shakespeare or a local path, and loading it from the Hugging "
+                         "Face Hub needs the hf extra (pip install aoscale[hf])") from None
+    name, _, config = corpus.partition(":")
+    offline = any(os.environ.get(v, "0") not in ("", "0") for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    if not offline and not _hub_reachable():
+        raise InputError(f"corpus: {corpus!r} is not shakespeare or a local path, and the Hugging Face Hub "
+                         f"({HUB_HOST}) cannot be reached; check the network, or use a local .txt/.jsonl path")
+    outcome: list[BaseException | None] = []
+
+    def resolve() -> None:
+        try:
+            datasets.load_dataset_builder(name, config or None)
+            outcome.append(None)
+        except Exception as error:  # offline, unknown name, gated: all mean "cannot load"
+            outcome.append(error)
+
+    worker = threading.Thread(target=resolve, daemon=True)
+    worker.start()
+    worker.join(HUB_TIMEOUT_S)
+    if not outcome or outcome[0] is not None:
+        why = f"{type(outcome[0]).__name__}" if outcome else f"no answer within {HUB_TIMEOUT_S:.0f} s"
+        raise InputError(f"corpus: {corpus!r} could not be resolved on the Hugging Face Hub ({why}); check the "
+                         "name and the network, or use shakespeare or a local .txt/.jsonl path")
+
+
+def _cached_tokens(corpus: str, tokenizer: str, split: str, text_field: str) -> int | None:
+    cached = data.token_path(corpus, tokenizer, split, text_field)
+    if not cached.exists():
+        return None
+    itemsize = np.dtype(data.token_dtype(data.get_encoding(tokenizer).n_vocab)).itemsize
+    return cached.stat().st_size // itemsize
+
+
+def _local_bytes(corpus: str) -> int:
+    path = Path(corpus).expanduser()
+    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.suffix in data.LOCAL_FORMATS]
+    return sum(f.stat().st_size for f in files) if path.exists() else 0
+
+
+def split_tokens(corpus: str, tokenizer: str, split: str, text_field: str = data.DEFAULT_TEXT_FIELD) -> int | None:
+    """Tokens in one split, or None when they are not counted here: the built-in corpus (its
+    smallest split, 3 plays, holds ~4e5 bytes), a Hub or large local corpus not yet cached (their
+    size is checked when they are tokenised). A small local corpus is loaded through jobs.data
+    and tokenised in memory, so its files are checked before anything is looked up or written."""
+    if corpus == "shakespeare":
+        return None
+    if not data._is_local(corpus) or _local_bytes(corpus) > IN_MEMORY_BYTES:
+        return _cached_tokens(corpus, tokenizer, split, text_field)
+    try:
+        documents = data.stream_documents(corpus, split, text_field)
+    except (ValueError, KeyError, TypeError, OSError) as error:
+        raise _local_corpus_error(corpus, error) from None
+    return len(data.encode_joined(documents, data.get_encoding(tokenizer)))
+
+
+def check_data(corpus: str, tokenizer: str, seq_len: int, text_field: str = data.DEFAULT_TEXT_FIELD) -> None:
+    """The corpus loads and each split holds at least one window of `seq_len + 1` tokens."""
+    if not isinstance(corpus, str) or not corpus.strip():
+        raise InputError("corpus: empty; give shakespeare, a local .txt/.jsonl path or a Hugging Face dataset name")
+    if corpus != "shakespeare" and not data._is_local(corpus) and not data.token_path(corpus, tokenizer, "train", text_field).exists():
+        _resolve_hub(corpus)
+    for split in data.SPLITS:
+        n_tokens = split_tokens(corpus, tokenizer, split, text_field)
+        if n_tokens is not None and n_tokens < seq_len + 1:
+            raise InputError(f"corpus: the {split} split of {corpus} holds {n_tokens} tokens, fewer than one window "
+                             f"of seq_len + 1 = {seq_len + 1}; use a larger corpus or a shorter --seq-len")
+
+
+def check_writable(path: Path, field: str) -> None:
+    """`path` is (or can be created as) a folder this process may write."""
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{field}: {path} is a file; pass a folder")
+    existing = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(f"{field}: {existing} is not writable; pass a folder you can write to")
+
+
+def check_eval_dir(run_dir: Path) -> None:
+    """A run directory that evaluation or generation can read and write records into."""
+    if not (run_dir / SPEC_FILE).is_file():
+        raise InputError(f"--run-dir: {run_dir} has no spec.json; pass a run directory made by jobs.train")
+    if not os.access(run_dir, os.W_OK | os.X_OK):
+        raise InputError(f"--run-dir: {run_dir} is not writable (records are written there); fix its permissions")
+    if not checkpoint_steps(run_dir):
+        raise InputError(f"--run-dir: {run_dir} holds no checkpoint; train the run first (python -m jobs.train "
+                         f"--run-dir {run_dir})")
+
+
+def check_run(run_dir: Path, spec: RunSpec, *, memory: bool = True) -> None:
+    """Everything `jobs.train` checks before it writes: spec, model, memory, data, run dir."""
+    check_spec(spec)
+    check_writable(run_dir, "run_dir")
+    try:
+        check_run_dir(run_dir, spec)
+    except ValueError as error:
+        raise InputError(str(error)) from None
+    if memory:
+        check_memory(spec, int(os.environ.get("WORLD_SIZE", 1)))
+    check_data(spec.corpus, spec.tokenizer, spec.seq_len, spec.text_field)
+
+
+def check_specs(specs: Iterable[RunSpec], *, memory: bool, data: bool = True) -> None:
+    """Preflight of many runs (a study): each spec, the largest run's memory, each corpus once."""
+    specs = list(specs)
+    for spec in specs:
+        check_spec(spec)
+    if memory and specs:
+        check_memory(max(specs, key=lambda s: memory_bytes(s, model_params(s))))
+    if not data:
+        return
+    longest: dict[tuple[str, str, str], int] = {}
+    for spec in specs:
+        key = (spec.corpus, spec.tokenizer, spec.text_field)
+        longest[key] = max(longest.get(key, 0), spec.seq_len)
+    for (corpus, tokenizer, text_field), seq_len in longest.items():
+        check_data(corpus, tokenizer, seq_len, text_field)

@@ -1,0 +1,79 @@
+"""jobs.device: the one device rule of training, evaluation and generation, and the compile
+setting's fallback."""
+import warnings
+
+import pytest
+import torch
+
+from jobs.run.device import CPU_EVAL_BATCH, CUDA_EVAL_BATCH, pick_device, placement
+from jobs.train.rules import validate
+from jobs.run.spec import RunSpec
+from models import build_model
+
+SPEC = RunSpec(family="ar", size="0.1M", steps=1, lr=1e-3, warmup_steps=0)
+
+
+def test_the_device_is_this_ranks_gpu_where_cuda_exists_else_the_cpu(monkeypatch):
+    assert pick_device(cuda=False) == torch.device("cpu")
+    assert pick_device(cuda=True, local_rank=3) == torch.device("cuda", 3)
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    assert pick_device(cuda=True) == torch.device("cuda", 2)
+    assert pick_device() == (torch.device("cuda", 2) if torch.cuda.is_available() else torch.device("cpu"))
+
+
+@pytest.mark.parametrize("cuda, fields, expected", [
+    (False, {}, ("cpu", False, CPU_EVAL_BATCH, False)),
+    (False, {"precision": "bf16", "compile": "on"}, ("cpu", True, CPU_EVAL_BATCH, True)),
+    (True, {}, ("cuda:0", True, CUDA_EVAL_BATCH, True)),
+    (True, {"precision": "fp32", "compile": "off"}, ("cuda:0", False, CUDA_EVAL_BATCH, False)),
+])
+def test_evaluation_runs_where_and_how_the_run_trained(cuda, fields, expected):
+    place = placement(SPEC.replace(**fields), cuda=cuda, local_rank=0)
+    assert (str(place.device), place.bf16, place.eval_batch, place.compile) == expected
+    assert place.columns()["precision"] == ("bf16" if expected[1] else "fp32")
+    if not cuda:
+        assert place.columns()["device"] == "cpu"
+
+
+def test_an_unknown_compile_setting_names_the_field():
+    with pytest.raises(ValueError, match="^compile: 'yes' is unknown"):
+        validate(SPEC.replace(compile="yes"))
+    assert SPEC.replace(compile="on").run_id == SPEC.run_id  # a resource setting: same run
+
+
+def _loss_and_grads(model, tokens):
+    loss = model.loss(tokens, torch.Generator().manual_seed(1))
+    return loss, torch.autograd.grad(loss, list(model.parameters()), allow_unused=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["aogpt", "mdm"])  # adaLN by position; by time, per sequence
+def test_a_compiled_core_gives_the_eager_losses_and_gradients(family):
+    """Dynamo traces the stack (the `aot_eager` backend: no C++ build, so the test stays fast)."""
+    model = build_model(family, "0.1M", vocab_size=11, seq_len=16)
+    tokens = torch.randint(0, 11, (16, 16), generator=torch.Generator().manual_seed(0))
+    eager_loss, eager = _loss_and_grads(model, tokens)
+    model.core.compile_stack(lambda fn: torch.compile(fn, backend="aot_eager"))
+    loss, grads = _loss_and_grads(model, tokens)
+    assert model.core._compiled.active
+    assert torch.allclose(loss, eager_loss, rtol=1e-6, atol=0)
+    for a, b in zip(grads, eager, strict=True):
+        assert (a is None) == (b is None) and (a is None or torch.allclose(a, b, rtol=1e-4, atol=1e-6))
+
+
+def test_a_failing_compiler_warns_once_and_the_eager_core_runs():
+    def broken(fn):
+        def call(*args):
+            raise RuntimeError("no C++ compiler found")
+        return call
+
+    model = build_model("aogpt", "0.1M", vocab_size=11, seq_len=16)
+    tokens = torch.randint(0, 11, (4, 16), generator=torch.Generator().manual_seed(0))
+    eager_loss = model.loss(tokens, torch.Generator().manual_seed(1))
+    model.core.compile_stack(broken)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        losses = [model.loss(tokens, torch.Generator().manual_seed(1)) for _ in range(2)]
+    assert [str(w.message) for w in caught if "torch.compile failed" in str(w.message)] != []
+    assert sum("torch.compile failed" in str(w.message) for w in caught) == 1
+    assert not model.core._compiled.active and all(torch.equal(l, eager_loss) for l in losses)
