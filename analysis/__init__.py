@@ -1,3 +1,10 @@
-"""aoscale package."""
+"""analysis: what a study's records mean (docs/DESIGN.md §7, §10). Reads files only; no torch.
+
+Reading the records of one or more studies (`records`) and turning them into fit cells
+(`cells`), power-law fits with bootstrap intervals (`powerlaw`, `fits`, `stats`), the gap to AR
+and its trend (`gap`), ensemble sensitivity (`ensemble`), ablation tables (`ablations`), the
+fairness checks (`fairness`), and the report: summary, sections, figures, atomic writes
+(`summary`, `sections`, `figures`, `report`, `io`). `python -m analysis.fit_curves` writes it.
+"""
 
 DEFAULT_BOOTSTRAP = 1000  # resamples behind every 95 % interval, in scaling.launch and fit_curves alike

@@ -1,4 +1,4 @@
-"""What makes a comparison fair (DESIGN §7), applied to records before and after the fits.
+"""What makes a comparison fair (docs/DESIGN.md §7), applied to records before and after the fits.
 
 - Judges leave: runs with role `judge` score others' samples and enter no fit, gap or table.
 - One kind of weights: families are compared on EMA weights when every compared run has them,

@@ -1,6 +1,6 @@
 """Likelihood estimators for every family, as pure functions of (model, tokens, generator).
 
-All values are nats per token. Definitions (DESIGN.md §4):
+All values are nats per token. Definitions (docs/DESIGN.md §6):
 
 - `span_logits(model, tokens, a, b)`: logits predicting each x_i, a <= i < b, from everything
   outside the span plus x_{a..i-1}: the family's own `span_logits` (declared in its module). AR
@@ -11,7 +11,7 @@ All values are nats per token. Definitions (DESIGN.md §4):
 - `anyorder_draws`: K uniform permutations per sequence, exact NLL for each (families declaring
   the `perm_mc` metric: the decoders).
 - `mdm_elbo_draws` (families declaring `elbo`): K noise draws per sequence of the `mdlm` (t ~ U) or `kdce` (k ~ U{1..L})
-  ELBO estimator (both have the expectation of DESIGN §4's sum over mask sizes, computed from the
+  ELBO estimator (both have the expectation of docs/DESIGN.md §6.1's sum over mask sizes, computed from the
   softmax of the logits), or, for a `sedd` model, SEDD's own score-entropy bound (`sedd`).
 - `ensemble_logprobs` + `ensemble_losses`: context-order ensembling (official
   eval_ppl_AOGPT_ensemble.py): for target slot i, the base order plus M-1 shuffles of its prefix

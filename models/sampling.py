@@ -5,7 +5,7 @@ Categorical draws invert the fp64 cumulative sum of the probabilities with one u
 (exact like `torch.multinomial` in fp64, and cheaper): Gumbel-argmax in fp32 (SEDD/MDLM/RADD)
 lowers the effective temperature (Zheng et al. 2024, arXiv 2409.02908).
 
-AO-GPT parallel step (official AO-GPT code, DESIGN §4): with j tokens decoded along order σ and
+AO-GPT parallel step (official AO-GPT code, docs/DESIGN.md §6.3): with j tokens decoded along order σ and
 slots 0..c-1 in the cache, the forward holds
   catch-up slots m = c..j-1  input x_{σ(m-1)} at its position, target σ_m, causal, real;
   k query slots              input x_{σ(j-1)} (the start slot when j = 0), targets σ_j..σ_{j+k-1};

@@ -2,7 +2,7 @@
 
 A study crosses arms with sizes and seeds. The network (norm, QK-norm, head tying, position
 encoding: the options every family shares) and the EMA rate are study settings applied to every
-arm alike (DESIGN §7);
+arm alike (docs/DESIGN.md §7);
 an arm overrides them only explicitly (`network=`, network keys in `options`, or `ema=`), and the
 override shows in its label. Each arm carries a human label (the `RunSpec.variant`, e.g.
 `adaln+mix:0.1`) and, for ablations, its factor levels (`pe`, `ema`, `l2r_mix`, `order`,
@@ -18,14 +18,14 @@ from models.families.base import COMMON_OPTIONS
 
 # Option keys shown first in labels, in this order; other options follow as key=value.
 LABEL_KEYS = ("target_pe", "loss", "ema", "order")
-PAPER_EMA = 0.9999  # AO-GPT's EMA rate (scxue/AO-GPT-MDM configs; REFERENCES.md)
+PAPER_EMA = 0.9999  # AO-GPT's EMA rate (scxue/AO-GPT-MDM configs; docs/DESIGN.md §12)
 
 # The network options every family shares (the core's): a study setting, not a family's.
 NETWORK_KEYS = tuple(COMMON_OPTIONS)
 _GPT2 = {key: default for key, (default, _) in COMMON_OPTIONS.items()}
 # Named networks. gpt2: LayerNorm, tied head, learned positions (Radford et al. 2019; the
 # families' defaults). official: the AO-GPT code's RMSNorm (eps 1e-5), per-head QK RMSNorm,
-# untied head with bias, learned positions (scxue/AO-GPT-MDM; REFERENCES.md). Either takes
+# untied head with bias, learned positions (scxue/AO-GPT-MDM; docs/DESIGN.md §12). Either takes
 # overrides: `gpt2,pos=rope` is GPT-2's network with rotary positions (see `network_options`).
 NETWORKS: dict[str, dict[str, Any]] = {
     "gpt2": _GPT2,

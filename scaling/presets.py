@@ -4,7 +4,7 @@ A preset is a set of arms plus settings (sizes, seeds, data, budget, network, EM
 overrides). Settings a preset leaves out come from a base chosen by the sizes: the CPU base for
 CPU rungs, the paper base as soon as a GPT-3 rung is in the study. The network and the EMA rate
 are study settings: every family of a study trains on the same network with the same EMA
-(DESIGN §7); only ablation arms override them, explicitly and labelled.
+(docs/DESIGN.md §7); only ablation arms override them, explicitly and labelled.
 """
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ CPU_BASE: dict[str, Any] = {
     "sizes": ["0.1M", "0.3M", "1M"], "seeds": 2, "tokenizer": "bytes", "corpus": "shakespeare",
     "seq_len": 128, "network": "gpt2", "ema": 0.0,
 }
-# The AO-GPT paper's recipe (REFERENCES.md): GPT-2 BPE, OpenWebText, context 1024, 1,048,576
+# The AO-GPT paper's recipe (docs/DESIGN.md §12): GPT-2 BPE, OpenWebText, context 1024, 1,048,576
 # tokens per step (16 x 1024 x 64), 2000 warm-up steps of that batch, cosine to 10 % of peak,
 # AdamW (0.9, 0.95), weight decay 0.05, clip 1.0. Peak LRs (6e-4 Small, 3e-4 Medium) equal GPT-3's
 # table, which also gives 760M's 2.5e-4 (the paper trains no 760M). Difference: the paper trains
 # 500k steps; a scaling study trains tokens_per_param x params (Chinchilla 20 by default). Every
-# family trains on the official AO-GPT network with its EMA 0.9999 (DESIGN §7: one network, one EMA).
+# family trains on the official AO-GPT network with its EMA 0.9999 (docs/DESIGN.md §7: one network, one EMA).
 # OpenWebText has only a train split: validation is the held-out slice of jobs.tokencache
 # (0.05 % of documents by hash, as nanoGPT holds out 0.05 %), the same on every machine.
 PAPER_BASE: dict[str, Any] = {

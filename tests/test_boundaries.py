@@ -1,4 +1,4 @@
-"""Import rules between packages (DESIGN.md §1), read from the source with `ast`.
+"""Import rules between packages (docs/DESIGN.md §2), read from the source with `ast`.
 
 scaling -> jobs, models, analysis; jobs -> models; models -> nothing of ours;
 analysis -> nothing of ours and not torch; every package -> cli (the shared CLI helpers), which

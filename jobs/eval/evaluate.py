@@ -340,7 +340,7 @@ def _report_missing(run_dir: Path, missing: list[str]) -> None:
 def unigram_rows(spec, vocab_size: int, datasets: list[Dataset], ctx: dict) -> list[dict]:
     """nll_unigram per dataset: the cross-entropy (nats/token) of the training split's add-one-
     smoothed unigram distribution on that dataset's evaluated chunks. A model not clearly below it
-    has learned nothing beyond token frequencies (DESIGN §7: the plateau)."""
+    has learned nothing beyond token frequencies (docs/DESIGN.md §7: the plateau)."""
     from jobs.data.unigram import unigram_nll
 
     return [_row(ctx, ds, "nll_unigram",

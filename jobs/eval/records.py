@@ -52,7 +52,7 @@ REPLACE_KEY = ("dataset", "split", "metric", "estimator", "weights")
 def run_context(spec, counts: dict[str, int], flops_per_token: int, step: int, weights: str) -> dict[str, Any]:
     """Columns shared by every row of one evaluated checkpoint.
 
-    n_params is the shape's core (non-embedding) count, the default for fits (DESIGN §3);
+    n_params is the shape's core (non-embedding) count, the default for fits (docs/DESIGN.md §4.5);
     n_params_family the family's own non-embedding count; tokens are those seen by `step`.
     """
     tokens = int(step) * spec.batch_size * spec.seq_len

@@ -1,4 +1,4 @@
-"""DESIGN.md §4: AO-AR, k-DCE and the MDLM ELBO share one expectation for an order-invariant
+"""docs/DESIGN.md §6.1: AO-AR, k-DCE and the MDLM ELBO share one expectation for an order-invariant
 conditional. On L = 4, vocab = 3 every order and every mask is enumerated; the Monte-Carlo
 losses the families train on then converge to the enumerated values."""
 import itertools

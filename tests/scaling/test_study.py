@@ -210,7 +210,7 @@ def test_a_relative_local_corpus_reaches_the_runs_as_an_absolute_path(tmp_path, 
     assert {cell.spec.corpus for cell in named.cells} == {"org/dataset"}  # a dataset name stays a name
 
 
-# ---- one network and one EMA per study (DESIGN §7) -----------------------------------------------
+# ---- one network and one EMA per study (docs/DESIGN.md §7) -----------------------------------------------
 def _overrides(cell) -> set[str]:
     """What an arm overrides explicitly, read from its label (`net:<name>`, `ema<rate>`)."""
     parts = cell.spec.variant.split("+")
