@@ -99,7 +99,8 @@ def flag_fit(fit, points, flags: dict[tuple, str]):
     why = _reasons(flags, lab["family"], lab["variant"], [p.label for p in points], lab["dataset"], lab["split"])
     if not why or fit.status in ("not_identifiable", "not_fitted"):
         return fit
-    return dataclasses.replace(fit, status="plateau", predictions=(), reason="; ".join([why[0], fit.reason] if fit.reason else why[:1]))
+    reason = "; ".join([why[0], fit.reason] if fit.reason else why[:1])
+    return dataclasses.replace(fit, status="plateau", predictions=(), reason=reason)
 
 
 def flag_gap(gap, flags: dict[tuple, str]):

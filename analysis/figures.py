@@ -121,7 +121,7 @@ def training_curves(curves: pl.DataFrame, labels: pl.DataFrame) -> bytes:
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     data = curves.join(labels, on="run_id", how="left").with_columns(pl.col("family").fill_null("?"))
     colours = {f: f"C{i}" for i, f in enumerate(sorted(data["family"].unique().to_list()))}
-    for (rid, kind), run in data.group_by(["run_id", "kind"], maintain_order=True):
+    for (_, kind), run in data.group_by(["run_id", "kind"], maintain_order=True):
         run = run.sort("step")
         ax.plot(run["step"], run["loss"], "-" if kind == "train" else "o", color=colours[run["family"][0]],
                 alpha=0.5, lw=0.8, ms=3)

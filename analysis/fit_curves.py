@@ -10,7 +10,6 @@ import dataclasses
 import json
 import os
 import re
-import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -105,7 +104,8 @@ def analyse(inputs: Inputs, *, bootstrap: int = DEFAULT_BOOTSTRAP, x: str = "n_p
     frames = {key: [_with_study(getattr(p, key), name) for name, p in zip(studies, parts)
                     if getattr(p, key) is not None and not getattr(p, key).is_empty()] for key in ("plateau", "ema", "final")}
     return Analysis(inputs, x, bootstrap, seed, tuple(notes), sum((p.cells for p in parts), ()), tuple(fits),
-                    sum((p.gaps for p in parts), ()), tuple(n for name, p in zip(studies, parts) for n in _prefixed(name, p.gap_notes, many)),
+                    sum((p.gaps for p in parts), ()),
+                    tuple(n for name, p in zip(studies, parts) for n in _prefixed(name, p.gap_notes, many)),
                     sum((p.ensembles for p in parts), ()),
                     _concat([_with_study(p.variants, name) for name, p in zip(studies, parts)]),
                     {k: _concat(v) for k, v in options.items()}, _concat(factorial) if factorial else None,
@@ -217,11 +217,13 @@ def make_figures(a: Analysis) -> list:
     blocks = size_blocks[:1] + _flops_figure(a, primary)
     for (dataset, split) in sorted({(g.dataset, g.split) for g in a.gaps}, key=first):
         sel = [g for g in a.gaps if (g.dataset, g.split) == (dataset, split)]
-        blocks.append(sections.fig(f"gap_vs_size_{_safe(dataset, split)}.png", figures.gap_vs_size(sel, f"gap {dataset}/{split}", a.x),
+        blocks.append(sections.fig(f"gap_vs_size_{_safe(dataset, split)}.png",
+                                   figures.gap_vs_size(sel, f"gap {dataset}/{split}", a.x),
                                    f"Δ vs {a.x} on {dataset}/{split} (95% interval bands)"))
     for s in sorted(a.ensembles, key=lambda s: first((s.dataset, s.split))):
         blocks.append(sections.fig(f"nll_vs_m_{_safe(s.family, s.variant, s.dataset, s.split)}.png", figures.nll_vs_m(s),
-                                   f"nll_ensemble vs M per size: {s.family}/{s.variant} {s.dataset}/{s.split} (95% t-interval bands)"))
+                                   f"nll_ensemble vs M per size: {s.family}/{s.variant} {s.dataset}/{s.split} "
+                                   "(95% t-interval bands)"))
     blocks += size_blocks[1:]
     curves = a.inputs.curves
     if curves is not None and not curves.is_empty():
@@ -261,10 +263,12 @@ def tables(a: Analysis) -> dict[str, pl.DataFrame]:
     """The tables written under tables/."""
     fit_rows = [{**{k: f.labels.get(k) for k in ("study", *CELL_KEYS)}, "status": f.status, "reason": f.reason,
                  "n_points": f.n_points, "n_seeds_min": f.n_seeds_min,
-                 **{f"{n}{s}": v for n, prm in f.params.items() for s, v in (("", prm.value), ("_lo", prm.ci95[0]), ("_hi", prm.ci95[1]))}}
+                 **{f"{n}{s}": v for n, prm in f.params.items()
+                    for s, v in (("", prm.value), ("_lo", prm.ci95[0]), ("_hi", prm.ci95[1]))}}
                 for f in a.fits]
     studies = a.gap_studies or ("",) * len(a.gaps)
-    gap_rows = [{"study": study, "family": g.family, "variant": g.variant, "metric": g.metric, "dataset": g.dataset, "split": g.split,
+    gap_rows = [{"study": study, "family": g.family, "variant": g.variant, "metric": g.metric, "dataset": g.dataset,
+                 "split": g.split,
                  "reference": g.reference, "size": pt.size, "x": pt.x, "paired": pt.paired, **pt.delta.to_dict()}
                 for g, study in zip(a.gaps, studies) for pt in g.points]
     out = {"fits": pl.DataFrame(fit_rows, infer_schema_length=None), "points": a.variants,

@@ -71,7 +71,7 @@ def gap_section(gaps: list, notes: list[str], x: str, x_meaning: str = "") -> li
         out.append(p(f"Trend: Δ changes by {interval(t.slope, t.lo, t.hi, n=f'{t.n_points} sizes')} nats per decade "
                      f"of {x} (status {t.status}{': ' + t.reason if t.reason else ''})."))
         if g.multipliers:
-            out.append(table([x, f"k: x-multiplier to reach AR's loss [95% CI]", "share of resamples never reaching"],
+            out.append(table([x, "k: x-multiplier to reach AR's loss [95% CI]", "share of resamples never reaching"],
                              [[num(m.x), interval(m.k, m.lo, m.hi), num(m.unreached, 3)] for m in g.multipliers]))
         else:
             out.append(p(f"Multiplier k(x) not computed: {g.multiplier_reason}."))

@@ -107,10 +107,14 @@ def _multiplier(gap, x: str) -> str:
             f"AR's loss (never reached in {m.unreached:.0%} of resamples)")
 
 
+def _n_text(point):
+    """n of a gap point: the seed count when paired, else both families' counts."""
+    return point.delta.n if point.paired else f"{point.n_family} vs {point.n_reference}"
+
+
 def gap_sentence(gap, x: str) -> str:
     """One bullet: the gap at each size with interval and n, the verdict, the trend and k(x)."""
-    sizes = "; ".join(f"{p.size} {_ci(p.delta.mean, p.delta.lo, p.delta.hi, p.delta.n if p.paired else f'{p.n_family} vs {p.n_reference}')}"
-                      for p in gap.points)
+    sizes = "; ".join(f"{p.size} {_ci(p.delta.mean, p.delta.lo, p.delta.hi, _n_text(p))}" for p in gap.points)
     return (f"{name(gap.family, gap.variant)} {gap.metric} − AR nll_l2r (nats/token): {sizes}. {verdict(gap.points)}. "
             f"Trend: {_trend(gap, x)}. Multiplier k(x): {_multiplier(gap, x)}.")
 
@@ -146,7 +150,8 @@ def plateau_runs(plateau: pl.DataFrame | None) -> tuple[list[str], int]:
 def fit_warnings(fits) -> list[str]:
     """Fits at a bound and fits that are not identifiable."""
     out = []
-    for status, what in (("at_bound", "have a parameter at its search bound (a flat curve, or no irreducible loss identified: not extrapolated; the fits table says which)"),
+    for status, what in (("at_bound", "have a parameter at its search bound (a flat curve, or no irreducible loss identified: "
+                                      "not extrapolated; the fits table says which)"),
                          ("not_identifiable", "are not identifiable")):
         hit = [f for f in fits if f.status == status]
         if hit:
@@ -204,7 +209,8 @@ def build_summary(a) -> Summary:
 def summary_blocks(s: Summary) -> list[Block]:
     """The summary as report blocks: a heading, the answer and the warnings as bullet lists."""
     where = f" on {s.dataset}/{s.split}" if s.dataset else ""
-    out = [Block("h", text=f"Summary{where} (95 % intervals; n = seeds)"), Block("list", text="answer", rows=tuple((t,) for t in s.answer))]
+    out = [Block("h", text=f"Summary{where} (95 % intervals; n = seeds)"),
+           Block("list", text="answer", rows=tuple((t,) for t in s.answer))]
     if s.warnings:
         out.append(Block("list", text="warnings", rows=tuple((t,) for t in s.warnings)))
     return out

@@ -69,7 +69,8 @@ def main() -> None:
     torch.manual_seed(0)
     print(f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, threads "
           f"{torch.get_num_threads()}; size {args.size}, seq_len {args.seq_len}, batch {args.batch}, "
-          f"vocab {args.vocab}; adaLN kernels {'fused' if kernels.available() else 'eager'}; median wall time over {args.rounds} rounds of {args.block}-step blocks, each family paired with ar")
+          f"vocab {args.vocab}; adaLN kernels {'fused' if kernels.available() else 'eager'}; "
+          f"median wall time over {args.rounds} rounds of {args.block}-step blocks, each family paired with ar")
     print(f"{'family':24s} {'step_s':>10s} {'ar_s':>9s} {'ratio_to_ar':>11s}")
     for name in chosen:
         family, options = VARIANTS[name]

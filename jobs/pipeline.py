@@ -6,6 +6,8 @@ from pathlib import Path
 
 from jobs.run.files import SPEC_FILE
 from jobs.run.spec import RunSpec
+from jobs.train.loop import train
+from jobs.eval.evaluate import evaluate
 
 EVAL_FILE = "eval.parquet"
 
@@ -16,14 +18,10 @@ def execute_run(run_dir: str | Path, *, handle_signals: bool = False) -> str:
     Idempotent: a done run is not retrained and an existing `eval.parquet` is not recomputed.
     Evaluation runs on rank 0 only. Returns the training state: done | failed | preempted.
     """
-    from jobs.train.loop import train
-
     run_dir = Path(run_dir)
     spec = RunSpec.load(run_dir / SPEC_FILE)
     state = train(run_dir, spec, handle_signals=handle_signals)
     rank0 = int(os.environ.get("RANK", 0)) == 0
     if state == "done" and rank0 and not (run_dir / EVAL_FILE).exists():
-        from jobs.eval.evaluate import evaluate
-
         evaluate(run_dir, spec.eval_suite)
     return state

@@ -16,7 +16,8 @@ import math
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import NamedTuple
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -75,7 +76,7 @@ class Rotary(NamedTuple):
     k: tuple[torch.Tensor, torch.Tensor]
 
     @classmethod
-    def at(cls, query_positions: torch.Tensor, key_positions: torch.Tensor, head_dim: int) -> "Rotary":
+    def at(cls, query_positions: torch.Tensor, key_positions: torch.Tensor, head_dim: int) -> Rotary:
         """Angles for integer positions [T] or [B, T] of the queries and of the keys."""
         def angles(positions):
             cos, sin = rope_angles(positions if positions.dim() == 2 else positions[None], head_dim)

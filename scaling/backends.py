@@ -71,7 +71,7 @@ def _local(args: argparse.Namespace, given: dict[str, Any]) -> dict[str, Any]:
 
 
 def _slurm(args: argparse.Namespace, given: dict[str, Any]) -> Any:
-    from jobs.executors.slurm import (SlurmOptions, parse_additional, parse_time_min,  # noqa: PLC0415
+    from jobs.executors.slurm import (SlurmOptions, parse_additional, parse_time_min,  # noqa: PLC0415 - Slurm backend only
                                       validate_slurm_options)
 
     if "time_min" in given:
@@ -87,7 +87,7 @@ def _slurm(args: argparse.Namespace, given: dict[str, Any]) -> Any:
 
 
 def _slurm_describe(options: Any, study_dir: Path, n_runs: int) -> str:
-    from jobs.executors.slurm import render_submission  # noqa: PLC0415
+    from jobs.executors.slurm import render_submission  # noqa: PLC0415 - Slurm backend only
 
     return render_submission(options, study_dir, n_runs)
 
@@ -104,7 +104,7 @@ def _check_engine(args: argparse.Namespace, world_size: int) -> None:
 
 
 def _ray(args: argparse.Namespace, given: dict[str, Any]) -> Any:
-    from jobs.executors.ray_tune import RayOptions, parse_env, validate_ray_options  # noqa: PLC0415
+    from jobs.executors.ray_tune import RayOptions, parse_env, validate_ray_options  # noqa: PLC0415 - Ray backend only
 
     if "env" in given:
         given["env"] = parse_env(given["env"])

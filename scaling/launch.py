@@ -80,7 +80,8 @@ def parser() -> argparse.ArgumentParser:
     add("--max-parallel", type=int_arg, help="runs at once (local: default one per GPU, else one per core)")
     add("--max-retries", type=int_arg, default=1, help="retries of a failed run (default 1; ray: per trial too)")
     add("--wait", action="store_true", help="slurm: wait for the jobs, then write the report")
-    add("--bootstrap", type=int_arg, default=DEFAULT_BOOTSTRAP, help=f"bootstrap resamples of the fits (default {DEFAULT_BOOTSTRAP})")
+    add("--bootstrap", type=int_arg, default=DEFAULT_BOOTSTRAP,
+        help=f"bootstrap resamples of the fits (default {DEFAULT_BOOTSTRAP})")
     add("--dry-run", action="store_true", help="print the plan and write nothing")
     add("--force", action="store_true", help="run a plan that is too big for this machine anyway")
     add("--no-progress", action="store_true", help="no progress bars")

@@ -57,7 +57,7 @@ class PlanRow:
     role: str = "compared"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def family_params(family: str, size: str, options_json: str, vocab: int, seq_len: int) -> int:
     """The family's own non-embedding parameters at this size, from a model on the meta device."""
     with torch.device("meta"), shapes_only():

@@ -245,7 +245,8 @@ GEN_CASES = [
     G(["--schedule", "weird"], "--schedule"), G(["--sampler", "weird"], "--sampler"),
     G(["--temperature", "-1"], "--temperature"), G(["--top-p", "0"], "--top-p"), G(["--top-p", "1.5"], "--top-p"),
     G(["--tokens-per-step", "0"], "--tokens-per-step"), G(["--temperature", "nan"], "--temperature"),
-    G(["--evaluator-run", "ao"], "--judge-run", run_dir="ao"), G(["--judge-run", "ao"], "--judge-run", run_dir="ao"), G([], "--run-dir", run_dir="nowhere"),
+    G(["--evaluator-run", "ao"], "--judge-run", run_dir="ao"), G(["--judge-run", "ao"], "--judge-run", run_dir="ao"),
+    G([], "--run-dir", run_dir="nowhere"),
     G(["--weights", "ema"], "weights"), G([], "--run-dir", run_dir="ar_corrupt"),
 ]
 LAUNCH_CASES = [
@@ -291,7 +292,8 @@ LAUNCH_CASES = [
 ]
 STATUS_CASES = [
     C("status", [], "study"), C("status", ["nowhere"], "study"), C("status", ["a_file"], "study"),
-    C("status", ["empty_dir"], "study"), C("status", ["bad_study"], "study-dir"), C("status", ["study", "--bogus"], "unrecognized"),
+    C("status", ["empty_dir"], "study"), C("status", ["bad_study"], "study-dir"),
+    C("status", ["study", "--bogus"], "unrecognized"),
 ]
 FIT_CASES = [
     F(["nowhere"], "nowhere"), F(["empty_dir"], "eval.parquet"), F(["records/missing_value.parquet"], "value"),

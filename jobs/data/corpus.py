@@ -27,7 +27,7 @@ import torch
 
 from jobs.data import tokencache
 from jobs.run.files import atomic_write
-from jobs.data.tokenizers import eot_token, get_encoding, token_dtype, tokenizer_hash  # also jobs.data's API
+from jobs.data.tokenizers import eot_token, get_encoding, token_dtype, tokenizer_hash  # noqa: F401 - re-exported
 
 SPLITS = ("train", "validation")
 # Bump when tokenisation or corpus preprocessing changes: it enters every cache folder name.
@@ -131,7 +131,7 @@ def _split_of_file(file: Path) -> str | None:
 
 def _import_datasets(corpus: str):
     try:
-        import datasets
+        import datasets  # noqa: PLC0415 - optional (the hf extra) and slow to import
     except ImportError:
         raise _corpus_error(corpus, "needs the `datasets` package; pip install 'aoscale[hf]'") from None
     datasets.disable_progress_bars()  # one-line errors and quiet launches: no "Generating split" bars
@@ -298,7 +298,7 @@ def cache_root() -> Path:
     return Path(os.environ.get("AOSCALE_CACHE") or Path.home() / ".cache" / "aoscale")
 
 
-def _hash_files(digest: "hashlib._Hash", root: Path, files: list[Path]) -> None:
+def _hash_files(digest: hashlib._Hash, root: Path, files: list[Path]) -> None:
     for file in files:
         digest.update(str(file.relative_to(root) if file != root else file.name).encode())
         digest.update(file_sha256(file))

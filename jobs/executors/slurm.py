@@ -21,7 +21,6 @@ status.json (`job_id`) by the task itself.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import shutil
@@ -182,7 +181,7 @@ class RunJob:
         self.stop_hook = stop_hook
 
     def __call__(self, run_dir: str) -> str:
-        import submitit  # noqa: PLC0415
+        import submitit  # noqa: PLC0415 - optional (the slurm extra)
 
         env = submitit.JobEnvironment()
         if env.num_tasks > 1:
@@ -200,7 +199,7 @@ class RunJob:
 
     def checkpoint(self, run_dir: str) -> Any:
         """Resubmit the same call: everything the resumed job needs is in the run's checkpoint."""
-        import submitit  # noqa: PLC0415
+        import submitit  # noqa: PLC0415 - optional (the slurm extra)
 
         return submitit.helpers.DelayedSubmission(self, run_dir)
 
@@ -209,7 +208,7 @@ class _DeferredSignal:
     """Replace submitit's preemption handler by one that only asks training to stop."""
 
     def __init__(self, request_stop: Callable[[], None]) -> None:
-        import submitit  # noqa: PLC0415
+        import submitit  # noqa: PLC0415 - optional (the slurm extra)
 
         self.signum = submitit.JobEnvironment._usr_sig()
         self.request_stop = request_stop
@@ -323,7 +322,7 @@ class SlurmExecutor:
         """Nothing to stop here: submitted jobs belong to the cluster (cancel with `scancel`)."""
 
     def _executor(self) -> Any:
-        import submitit  # noqa: PLC0415
+        import submitit  # noqa: PLC0415 - optional (the slurm extra)
 
         stamp = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
         executor = submitit.SlurmExecutor(folder=self.log_root / stamp / "%j")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +90,7 @@ class RunSpec:
                                    if LATE_OPTION_DEFAULTS.get(key, _NO_DEFAULT) != value}
         return hashlib.sha256(canonical_json(hashed).encode()).hexdigest()[:12]
 
-    def replace(self, **changes: Any) -> "RunSpec":
+    def replace(self, **changes: Any) -> RunSpec:
         """A copy with some fields changed."""
         return dataclasses.replace(self, **changes)
 
@@ -105,7 +105,7 @@ class RunSpec:
         return canonical_json(self.to_dict())
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RunSpec":
+    def from_dict(cls, data: dict[str, Any]) -> RunSpec:
         """Inverse of `to_dict`; unknown keys are errors, a stale `run_id` is an error."""
         data = dict(data)
         expected_id = data.pop("run_id", None)
@@ -119,7 +119,7 @@ class RunSpec:
         return spec
 
     @classmethod
-    def load(cls, path: str | Path) -> "RunSpec":
+    def load(cls, path: str | Path) -> RunSpec:
         """Read a spec.json."""
         return cls.from_dict(json.loads(Path(path).read_text()))
 

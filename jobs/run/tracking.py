@@ -60,7 +60,7 @@ def wandb_enabled(spec: RunSpec) -> bool:
     if not asked:
         return False
     try:
-        import wandb  # noqa: F401
+        import wandb  # noqa: F401, PLC0415 - optional (the wandb extra) and slow to import
     except ImportError:
         return False
     return True
@@ -123,7 +123,7 @@ class Tracker:
 
     def start_wandb(self, from_step: int) -> None:
         """Start (or resume, rewinding past `from_step` when needed) this run's wandb run."""
-        import wandb
+        import wandb  # noqa: PLC0415 - optional (the wandb extra) and slow to import
 
         (self.run_dir / "wandb").mkdir(parents=True, exist_ok=True)
         self.wandb = wandb.init(**wandb_settings(self.spec, self.run_dir, from_step))
@@ -191,7 +191,7 @@ def write_manifest(run_dir: str | Path, spec: RunSpec, extra: dict[str, Any]) ->
     """manifest.json: package versions, torch/CUDA, hardware, data hashes, engine facts."""
     manifest = {
         "run_id": spec.run_id,
-        "written_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "written_at": datetime.datetime.now(datetime.UTC).isoformat(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "packages": {name: _version(name) for name in PACKAGES},

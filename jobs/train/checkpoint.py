@@ -29,6 +29,10 @@ import torch
 from cli import InputError
 from jobs.run.files import CKPT_DIR, CKPT_PREFIX, SPEC_FILE, atomic_write_json, fsync_dir
 from jobs.run.spec import RunSpec
+from jobs.data.corpus import get_encoding
+import models
+from models.ema import EMA
+from jobs.run.device import pick_device
 
 META_FILE = "meta.json"
 MODEL_FILE = "model.pt"
@@ -174,15 +178,11 @@ def load_file(path: Path) -> Any:
 
 def vocab_size(tokenizer: str) -> int:
     """Vocabulary size of a tokenizer (all ids including specials)."""
-    from jobs.data.corpus import get_encoding
-
     return get_encoding(tokenizer).n_vocab
 
 
 def model_from_spec(spec: RunSpec) -> torch.nn.Module:
     """A freshly initialised model for the spec (`ValueError` naming a bad family/size/option)."""
-    import models
-
     return models.build_model(spec.family, spec.size, vocab_size=vocab_size(spec.tokenizer),
                               seq_len=spec.seq_len, **spec.options)
 
@@ -215,16 +215,12 @@ def load_model(run_dir: str | Path, weights: str = "auto",
     model = model_from_spec(spec)
     model.load_state_dict(state["model"])
     if chosen == "ema":
-        from models.ema import EMA
-
         ema = EMA(model, spec.ema)
         ema.load_state_dict(state["ema"])
         ema.apply_to(model)
     info = CheckpointInfo(path=path, step=int(state["step"]),
                           engine=read_meta(path)["engine"], weights=chosen)
     if device == "auto":
-        from jobs.run.device import pick_device
-
         device = pick_device()
     return model.to(device).eval(), spec, info
 

@@ -191,7 +191,7 @@ class DeepSpeedEngine:
 
     def __init__(self, model: nn.Module, spec: RunSpec):
         distributed_env()
-        import deepspeed
+        import deepspeed  # noqa: PLC0415 - optional (the deepspeed extra); seconds to import
 
         self.device = pick_device()
         deepspeed.init_distributed(dist_backend="nccl" if self.device.type == "cuda" else "gloo")
@@ -241,7 +241,7 @@ class DeepSpeedEngine:
     def gathered(self) -> contextlib.AbstractContextManager:
         if self.stage != 3:
             return contextlib.nullcontext()
-        import deepspeed
+        import deepspeed  # noqa: PLC0415 - optional (the deepspeed extra); seconds to import
 
         return deepspeed.zero.GatheredParameters(list(self.model.parameters()), modifier_rank=None)
 

@@ -190,7 +190,7 @@ def _hub_reachable() -> bool:
 def _resolve_hub(corpus: str) -> None:
     """Resolve a Hugging Face dataset name once (metadata only), within HUB_TIMEOUT_S."""
     try:
-        import datasets
+        import datasets  # noqa: PLC0415 - optional (the hf extra) and slow to import
     except ImportError:
         raise InputError(f"corpus: {corpus!r} is not shakespeare or a local path, and loading it from the Hugging "
                          "Face Hub needs the hf extra (pip install aoscale[hf])") from None
@@ -251,7 +251,8 @@ def check_data(corpus: str, tokenizer: str, seq_len: int, text_field: str = data
     """The corpus loads and each split holds at least one window of `seq_len + 1` tokens."""
     if not isinstance(corpus, str) or not corpus.strip():
         raise InputError("corpus: empty; give shakespeare, a local .txt/.jsonl path or a Hugging Face dataset name")
-    if corpus != "shakespeare" and not data._is_local(corpus) and not data.token_path(corpus, tokenizer, "train", text_field).exists():
+    if (corpus != "shakespeare" and not data._is_local(corpus)
+            and not data.token_path(corpus, tokenizer, "train", text_field).exists()):
         _resolve_hub(corpus)
     for split in data.SPLITS:
         n_tokens = split_tokens(corpus, tokenizer, split, text_field)

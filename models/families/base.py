@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -43,7 +44,8 @@ COMMON_OPTIONS: dict[str, tuple[Any, tuple[Validator, str]]] = {
     "qk_norm": (False, boolean()),
     "tie_head": (True, boolean()),
     # learned: an absolute position table added to the inputs (GPT-2, the AO-GPT paper); rope:
-    # no table, queries and keys rotated in every block (`Transformer.forward`'s `positions`; AO-GPT passes target and own positions)
+    # no table, queries and keys rotated in every block (`Transformer.forward`'s `positions`; AO-GPT
+    # passes target and own positions)
     "pos": ("learned", choice(*POSITIONS)),
 }
 

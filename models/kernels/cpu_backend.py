@@ -76,7 +76,7 @@ class CPUKernels:
 
 
 @cache
-def backend() -> "CPUKernels | None":
+def backend() -> CPUKernels | None:
     """The core's kernel backend, or None where the kernels are not built or are switched off
     (`AOSCALE_KERNELS=0`): the one place that chooses it."""
     return CPUKernels() if available() else None

@@ -47,7 +47,7 @@ def test_summary_states_the_planted_gap_and_warnings(tmp_path):
     plateau = next(w for w in s.warnings if "unigram plateau" in w)
     assert plateau.startswith(f"{on_plateau} of {runs.height} runs are on the unigram plateau")
     assert "aogpt/default 0.1M seed 0 (nll_anyorder " in plateau and ", nll_l2r " in plateau
-    assert not any(f"ar 1M seed" in w for w in s.warnings)  # AR at 1M is well below the baseline
+    assert not any("ar 1M seed" in w for w in s.warnings)  # AR at 1M is well below the baseline
     assert any(w == "Sizes missing seeds: aogpt 1M (2/3) on shakespeare." for w in s.warnings)
 
 

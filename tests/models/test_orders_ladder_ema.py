@@ -1,5 +1,4 @@
 """Orders, the size ladder and EMA."""
-import math
 
 import pytest
 import torch
@@ -41,7 +40,7 @@ def test_blockwise_is_l2r_inside_blocks():
         starts = [i for i, p in enumerate(row) if p % 4 == 0]
         for s in starts:
             block_len = min(4, 10 - row[s])
-            assert row[s : s + block_len] == list(range(row[s], row[s] + block_len)), blocks
+            assert row[s : s + block_len] == list(range(row[s], row[s] + block_len)), row
     assert len({tuple(r) for r in orders.tolist()}) > 1
 
 

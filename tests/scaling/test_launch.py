@@ -3,7 +3,6 @@ launchers, retries, locks across processes, and the quickstart end to end with i
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys

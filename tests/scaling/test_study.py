@@ -237,7 +237,7 @@ def test_the_network_preset_measures_the_architecture_apart():
     study = build_study(flags(preset="network", sizes="0.1M", seeds=1))
     seen = {(c.spec.family, dict(c.factors)["network"]): c.spec.options for c in study.cells}
     assert set(seen) == {(f, n) for f in ("ar", "aogpt") for n in NETWORKS}
-    for (family, name), options in seen.items():
+    for (_, name), options in seen.items():
         assert {k: options[k] for k in NETWORKS[name]} == NETWORKS[name]
 
 

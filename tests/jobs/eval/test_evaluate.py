@@ -236,7 +236,7 @@ def test_lambada_rows_contract_and_brute_force(runs, data_kit, monkeypatch):
         with torch.no_grad():
             items = _planted_items(model, real[:48])
             expected = _brute_force_hits(model, items) / len(items)
-            monkeypatch.setattr(datasets, "load_lambada", lambda enc, data_dir=None: items)
+            monkeypatch.setattr(ev, "load_lambada", lambda enc, data_dir=None: items)
             (row,) = ev.lambada_rows(model, spec, {"study": "t"}, settings)
         assert expected >= 0.5 and row["n_samples"] == 48
         assert row["value"] == pytest.approx(expected, abs=1e-12)

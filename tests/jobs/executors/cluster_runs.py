@@ -59,8 +59,8 @@ def running_at(run_dir: Path, step: int) -> Callable[[], bool]:
 
 def train_here(run_dir: Path, spec: RunSpec) -> None:
     """Train `spec` to the end in this process with one torch thread, as the jobs do."""
-    import torch  # noqa: PLC0415
-    from jobs.train.loop import train  # noqa: PLC0415
+    import torch
+    from jobs.train.loop import train
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

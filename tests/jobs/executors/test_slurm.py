@@ -11,7 +11,6 @@ import os
 import shutil
 import signal
 import subprocess
-from pathlib import Path
 
 import pytest
 

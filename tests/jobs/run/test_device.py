@@ -76,4 +76,4 @@ def test_a_failing_compiler_warns_once_and_the_eager_core_runs():
         losses = [model.loss(tokens, torch.Generator().manual_seed(1)) for _ in range(2)]
     assert [str(w.message) for w in caught if "torch.compile failed" in str(w.message)] != []
     assert sum("torch.compile failed" in str(w.message) for w in caught) == 1
-    assert not model.core._compiled.active and all(torch.equal(l, eager_loss) for l in losses)
+    assert not model.core._compiled.active and all(torch.equal(loss, eager_loss) for loss in losses)
