@@ -133,6 +133,17 @@ class KVCache:
         self.length += n
 
 
+class PassInputs(NamedTuple):
+    """What every block of one forward pass reads besides the residual stream: the attention
+    pattern (`attn_mask`, or `is_causal`), the RoPE angles (`rotary`) and the KV cache (a named
+    tuple: torch.compile traces it as its fields)."""
+
+    attn_mask: torch.Tensor | None = None
+    is_causal: bool = False
+    rotary: Rotary | None = None
+    cache: KVCache | None = None
+
+
 class Attention(nn.Module):
     """Multi-head self-attention through `F.scaled_dot_product_attention`."""
 
@@ -147,8 +158,10 @@ class Attention(nn.Module):
         self.q_norm = make_norm("rmsnorm", hd) if cfg.qk_norm else None
         self.k_norm = make_norm("rmsnorm", hd) if cfg.qk_norm else None
 
-    def forward(self, x, attn_mask=None, is_causal=False, cache=None, layer=0, rotary=None):
-        """x [B, T, d]; `rotary` (RoPE angles) turns queries and keys before the cache stores them."""
+    def forward(self, x: torch.Tensor, inputs: PassInputs, layer: int = 0) -> torch.Tensor:
+        """x [B, T, d]; `inputs.rotary` (RoPE angles) turns queries and keys before the cache
+        stores them (as block `layer`'s)."""
+        attn_mask, is_causal, rotary, cache = inputs
         B, T, d = x.shape
         q, k, v = self.qkv(x).split(d, dim=-1)  # (under autograd, a permute + unbind here
         # would cost two copies of the gradient where split's backward makes one)
@@ -189,14 +202,15 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
         self.modulation = ChunkProjection(cfg.cond_dim, 6, cfg.d_model) if cfg.cond_dim else None
 
-    def forward(self, x, mod=None, attn_mask=None, is_causal=False, cache=None, layer=0, rotary=None):
-        """x: the residual stream [B, T, d]; mod: six [B|1, T|1, d] rows or None."""
+    def forward(self, x: torch.Tensor, inputs: PassInputs, mod=None, layer: int = 0) -> torch.Tensor:
+        """x: the residual stream [B, T, d]; inputs: the pass's; mod: six [B|1, T|1, d] rows or None;
+        layer: this block's index (its KV-cache slot)."""
         if mod is None:
-            x = x + self.attn(self.norm1(x), attn_mask, is_causal, cache, layer, rotary)
+            x = x + self.attn(self.norm1(x), inputs, layer)
             return x + self.mlp(self.norm2(x))
         shift1, scale1, gate1, shift2, scale2, gate2 = mod
         h = mul_add(shift1, self.norm1(x), scale1)
-        x = mul_add(x, gate1, self.attn(h, attn_mask, is_causal, cache, layer, rotary))
+        x = mul_add(x, gate1, self.attn(h, inputs, layer))
         return mul_add(x, gate2, self.mlp(mul_add(shift2, self.norm2(x), scale2)))
 
 
@@ -207,6 +221,8 @@ class Transformer(nn.Module):
     unless the kernel backend (`models.kernels.cpu_backend.backend()`, chosen in that one place)
     declares that it covers the pass: then it runs the whole pass, or inside `decoding()` the whole
     KV-cached step, with the same maths. A compiled core leaves uncached passes to the compiler."""
+
+    PassInputs = PassInputs  # for the kernel backend, which builds a pass's inputs without importing models.core
 
     def __init__(self, cfg: CoreConfig):
         super().__init__()
@@ -281,10 +297,11 @@ class Transformer(nn.Module):
 
     def _stack(self, x, rows, adds, attn_mask, is_causal, rotary=None, cache=None):
         """The eager pass: every block, then the final norm (rows: 6 per block, then 2)."""
+        inputs = PassInputs(attn_mask, is_causal, rotary, cache)
         for i, block in enumerate(self.blocks):
             if adds is not None:
                 x = x + adds[i]
-            x = block(x, None if rows is None else rows[6 * i:6 * i + 6], attn_mask, is_causal, cache, i, rotary)
+            x = block(x, inputs, mod=None if rows is None else rows[6 * i:6 * i + 6], layer=i)
         if rows is None:
             return self.norm(x)
         shift, scale = rows[-2:]

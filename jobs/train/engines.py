@@ -14,7 +14,7 @@ import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -40,6 +40,37 @@ def make_optimizer(model: nn.Module, spec: RunSpec) -> torch.optim.AdamW:
     all tensors (CPU and CUDA): the same update, ~6x faster than the per-tensor loop on CPU."""
     return torch.optim.AdamW(param_groups(model, spec.weight_decay), lr=spec.lr,
                              betas=(spec.beta1, spec.beta2), fused=True)
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """What the training loop, checkpoints and tracking need of an engine; `TorchEngine` and
+    `DeepSpeedEngine` implement it. A step is: `loss` and `backward` per local micro-batch, then
+    `step` (clip, optimizer step; returns the gradient norm)."""
+
+    name: str  # the spec's `engine`
+    rank: int
+    world_size: int
+    device: torch.device
+    model: nn.Module  # the full model (under ZeRO-3 its weights are gathered by `gathered()`)
+    bf16: bool  # bf16 autocast on
+    config: dict[str, Any] | None  # the engine's own config, recorded in the manifest (DeepSpeed)
+    n_micro_total: int  # micro-batches per optimizer step over all ranks
+    local_chunks: list[int]  # which of them this rank computes
+
+    def set_lr(self, lr: float) -> None: ...
+    def loss(self, tokens: torch.Tensor, generator: torch.Generator) -> torch.Tensor: ...
+    def backward(self, loss: torch.Tensor) -> None: ...
+    def step(self) -> float: ...
+    def train(self, mode: bool = True) -> None: ...
+    def save(self, folder: Path) -> None: ...
+    def load(self, folder: Path) -> None: ...
+    def full_state_dict(self) -> dict[str, torch.Tensor] | None: ...
+    def gathered(self) -> contextlib.AbstractContextManager: ...
+    def mean(self, value: float) -> float: ...
+    def any(self, flag: bool) -> bool: ...
+    def barrier(self) -> None: ...
+    def close(self) -> None: ...
 
 
 class TorchEngine:
@@ -272,13 +303,13 @@ class DeepSpeedEngine:
 ENGINES = {"torch": TorchEngine, "deepspeed": DeepSpeedEngine}
 
 
-def make_engine(model: nn.Module, spec: RunSpec) -> TorchEngine | DeepSpeedEngine:
+def make_engine(model: nn.Module, spec: RunSpec) -> Engine:
     """The engine the spec names."""
     return ENGINES[spec.engine](model, spec)
 
 
 @contextlib.contextmanager
-def eval_mode(engine: TorchEngine | DeepSpeedEngine) -> Iterator[None]:
+def eval_mode(engine: Engine) -> Iterator[None]:
     """Eval mode and no gradients for the duration (validation), then back to training."""
     engine.train(False)
     try:

@@ -31,7 +31,7 @@ from cli import InputError, parse, run_main
 from jobs.train import checkpoint as ckpt
 from jobs.run.allocator import keep_freed_memory
 from jobs.data.corpus import Batches, corpus_hash, data_record, token_array, tokenizer_hash, val_batches
-from jobs.train.engines import eval_mode, make_engine
+from jobs.train.engines import Engine, eval_mode, make_engine
 from jobs.train.preflight import check_run
 from jobs.run.files import (SPEC_FILE, add_status_warning, atomic_write_text, read_metrics, read_status,
                            truncate_metrics, write_status)
@@ -77,10 +77,10 @@ class Run:
 
     run_dir: Path
     spec: RunSpec
-    engine: Any
-    batches: Any
-    val_tokens: Any
-    ema: Any
+    engine: Engine
+    batches: Batches
+    val_tokens: np.ndarray  # the validation split's tokens (a read-only memory map)
+    ema: EMA | None  # None when the run trains without EMA
     generator: torch.Generator
     tracker: Tracker
     flops_per_token: int
@@ -103,7 +103,7 @@ class Run:
             add_status_warning(self.run_dir, message)
 
 
-def _data(spec: RunSpec) -> tuple[Any, Any]:
+def _data(spec: RunSpec) -> tuple[Batches, np.ndarray]:
     train_tokens = token_array(spec.corpus, spec.tokenizer, "train", spec.text_field)
     val_tokens = token_array(spec.corpus, spec.tokenizer, "validation", spec.text_field)
     return Batches(train_tokens, spec.batch_size, spec.seq_len, spec.seed), val_tokens
@@ -117,7 +117,7 @@ def _data_hashes(spec: RunSpec) -> dict[str, Any]:
             **data_record(spec.corpus, spec.tokenizer, spec.text_field)}
 
 
-def _make_ema(model: torch.nn.Module, engine: Any, rate: float) -> Any:
+def _make_ema(model: torch.nn.Module, engine: Engine, rate: float) -> EMA | None:
     if rate <= 0:
         return None
     with engine.gathered():  # collective under ZeRO-3; only rank 0 keeps the EMA

@@ -54,12 +54,12 @@ class CPUKernels:
         kernel call (chunks per block: shift, 1 + scale, gate for attention, then for the MLP;
         then the final norm's shift, 1 + scale)."""
         chunks, index = _flat_chunks(tables, index, x)
-        blocks = core.blocks
+        blocks, inputs = core.blocks, core.PassInputs(attn_mask, is_causal, rotary)
         h = modulated_norm(x, index, chunks[1], chunks[0], *_norm_args(blocks[0].norm1, x))
         for i, block in enumerate(blocks):
             k = 6 * i
             next_norm = blocks[i + 1].norm1 if i + 1 < len(blocks) else core.norm
-            y = block.attn(h, attn_mask, is_causal, rotary=rotary)
+            y = block.attn(h, inputs)
             x, h = residual_norm(x, y, index, chunks[k + 2], chunks[k + 4], chunks[k + 3], *_norm_args(block.norm2, x))
             y = block.mlp(h)
             x, h = residual_norm(x, y, index, chunks[k + 5], chunks[k + 7], chunks[k + 6], *_norm_args(next_norm, x))
