@@ -7,9 +7,9 @@ Rows (each measured after warm-up steps, synchronised, median of the timed steps
   train   MFU of AR and AO-GPT(adaLN) steps through the torch engine, eager and with the core
           compiled (`RunSpec.compile`), and of AR under DeepSpeed ZeRO-2 in one process. MFU =
           flops_per_token x tokens/s over this device's matmul peak measured in this run in the
-          same dtype (jobs.tracking.measure_peak_flops). Target at 125M on a GPU: >= 40 %.
+          same dtype (jobs.run.tracking.measure_peak_flops). Target at 125M on a GPU: >= 40 %.
   eval    tokens scored per second: AR nll_l2r, AO-GPT nll_anyorder (one permutation per row),
-          MDM nll_elbo (one kdce draw per row), with the run's placement (jobs.device).
+          MDM nll_elbo (one kdce draw per row), with the run's placement (jobs.run.device).
   gen     seconds for one batch of full generation at n = T: AR and AO-GPT with a KV cache (one
           token per step), MDM with its fastest sampler (ancestral with caching), and the
           MDM/AO-GPT ratio. Target on a GPU: >= 40.

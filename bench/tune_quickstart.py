@@ -118,7 +118,7 @@ def windows(seq_len: int, n: int) -> torch.Tensor:
 
 
 def unigram_nll(chunks: torch.Tensor) -> np.ndarray:
-    """Per-window `nll_unigram` (jobs.unigram: add-one-smoothed training-split unigram), nats/token."""
+    """Per-window `nll_unigram` (jobs.data.unigram: add-one-smoothed training-split unigram), nats/token."""
     logp = unigram.log_probs(unigram.train_counts("shakespeare", "bytes", get_encoding("bytes").n_vocab))
     return -logp[chunks.numpy()].mean(axis=1)
 

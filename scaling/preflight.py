@@ -1,7 +1,7 @@
 """The launcher's preflight: everything `scaling.launch` checks before it writes anything.
 
 Before the study is built: the flags (no empty values) and the `--spec` file (a readable UTF-8
-file whose known keys have the right types). After: every run through `jobs.preflight` (field
+file whose known keys have the right types). After: every run through `jobs.train.preflight` (field
 types and ranges, the trainer's and the model's rules) and the study directory (writable). For a
 launch that trains (not `--dry-run`), after the plan's own budget check: the data of each
 corpus once and, when the local backend trains here, the largest run's memory against this
@@ -77,7 +77,7 @@ def check_toml_types(settings: dict[str, Any]) -> None:
 
 
 def check_study(study: StudySpec, study_dir: Path) -> None:
-    """Every run of the study (see jobs.preflight.check_specs) and the study directory."""
+    """Every run of the study (see jobs.train.preflight.check_specs) and the study directory."""
     preflight.check_writable(study_dir, "study-dir")
     preflight.check_specs([cell.spec for cell in study.cells], memory=False, data=False)
 

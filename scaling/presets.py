@@ -25,7 +25,7 @@ CPU_BASE: dict[str, Any] = {
 # table, which also gives 760M's 2.5e-4 (the paper trains no 760M). Difference: the paper trains
 # 500k steps; a scaling study trains tokens_per_param x params (Chinchilla 20 by default). Every
 # family trains on the official AO-GPT network with its EMA 0.9999 (docs/DESIGN.md §7: one network, one EMA).
-# OpenWebText has only a train split: validation is the held-out slice of jobs.tokencache
+# OpenWebText has only a train split: validation is the held-out slice of jobs.data.tokencache
 # (0.05 % of documents by hash, as nanoGPT holds out 0.05 %), the same on every machine.
 PAPER_BASE: dict[str, Any] = {
     "sizes": ["125M", "350M", "760M"], "seeds": 3, "tokenizer": "gpt2",

@@ -115,7 +115,7 @@ def test_ray_address_auto_without_a_cluster_exits_2_naming_the_fix(tmp_path, mon
 
 def test_ray_backend_without_ray_exits_2(tmp_path):
     """A Python that cannot import ray (None in sys.modules blocks the import, as for an absent
-    package; `python -S` as in tests/jobs/test_ray.py would hide torch too) runs the real CLI."""
+    package; `python -S` as in tests/jobs/executors/test_ray.py would hide torch too) runs the real CLI."""
     code = ("import sys; sys.modules['ray'] = None; sys.path.insert(0, sys.argv.pop(1));"
             "from scaling.launch import main; sys.exit(main(sys.argv[1:]))")
     proc = subprocess.run([sys.executable, "-c", code, str(REPO), "--backend", "ray",

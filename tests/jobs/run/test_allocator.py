@@ -1,4 +1,4 @@
-"""jobs.allocator: freed activation memory stays in the process between training steps."""
+"""jobs.run.allocator: freed activation memory stays in the process between training steps."""
 from __future__ import annotations
 
 import os

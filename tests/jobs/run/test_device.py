@@ -1,4 +1,4 @@
-"""jobs.device: the one device rule of training, evaluation and generation, and the compile
+"""jobs.run.device: the one device rule of training, evaluation and generation, and the compile
 setting's fallback."""
 import warnings
 

@@ -26,7 +26,7 @@ steps_per_print = 1
 reduce_bucket_size = 12345
 allgather_bucket_size = 23456
 """
-TOLERANCE = 1e-4  # fp32 on both engines (as tests/jobs/test_deepspeed.py)
+TOLERANCE = 1e-4  # fp32 on both engines (as tests/jobs/train/test_deepspeed.py)
 
 
 @pytest.fixture()
