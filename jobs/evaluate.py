@@ -12,7 +12,9 @@ module under models/families); this module computes each group (METRIC_ROWS):
   paper suite    + lambada_acc, infill_nll / infill_em (estimator: the family's declared
                  `infill_context`, prefix_only or prefix_suffix), generation (jobs.generate)
 All randomness derives from `--seed` (default EVAL_SEED) and the (dataset, metric) name, so a
-rerun writes the same rows. CLI: `python -m jobs.evaluate --run-dir DIR [--suite quick|paper]`.
+rerun writes the same rows. The validation windows are spread uniformly over the whole split and
+are the same for every run of a study; each record's value is the mean of per-window values, kept
+in `run_dir/eval_windows.parquet`, and its `se` their standard error (jobs.evalwindows). CLI: `python -m jobs.evaluate --run-dir DIR [--suite quick|paper]`.
 """
 from __future__ import annotations
 
@@ -26,11 +28,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import polars as pl
 import torch
 
 from cli import InputError, Parser, int_arg, parse, run_main
 from jobs import checkpoint
+from jobs import evalwindows as ew
 from jobs.allocator import keep_freed_memory
 from jobs.device import Placement, placement
 from jobs.generate import GenSettings, generation_rows, write_samples
@@ -68,6 +72,15 @@ class Dataset:
     chunks: torch.Tensor  # [N, L]
     n_bytes: int
     chunking: str
+    tiling: ew.Tiling | None = None  # where the chunks lie in the split (None: consecutive from 0)
+
+    @property
+    def windows(self) -> ew.Tiling:
+        """The chunks' windows: their tiling, or consecutive tiles of a split of just these chunks."""
+        if self.tiling is not None:
+            return self.tiling
+        n, L = self.chunks.shape
+        return ew.consecutive(n, L, n * L)
 
 
 # ---- settings ----------------------------------------------------------------------------------
@@ -101,16 +114,16 @@ def make_settings(suite: str = "quick", **overrides) -> Settings:
 
 
 # ---- data --------------------------------------------------------------------------------------
-def _validation(spec, enc, seq_len: int, n: int) -> Dataset:
+def _validation(spec, enc, seq_len: int, n: int, seed: int) -> Dataset:
+    """`n` windows spread uniformly over the whole validation split (all of it when it holds <= n)."""
     from jobs import data
     from jobs.datasets import token_byte_lengths
 
     tokens = data.token_array(spec.corpus, spec.tokenizer, "validation", spec.text_field)
-    chunks = next(data.val_batches(tokens, n, seq_len, n_batches=1))
+    tiling = ew.draw_windows(len(tokens), seq_len, n, seed)
+    chunks = torch.from_numpy(np.asarray(tokens[tiling.starts[:, None] + np.arange(seq_len)], dtype=np.int64))
     n_bytes = int(token_byte_lengths(enc)[chunks.numpy()].sum())
-    chunking = (f"first {len(chunks)} non-overlapping {seq_len}-token windows of the validation split "
-                f"(documents joined by <|endoftext|>)")
-    return Dataset(spec.corpus, "validation", chunks, n_bytes, chunking)
+    return Dataset(spec.corpus, "validation", chunks, n_bytes, tiling.describe("validation"), tiling)
 
 
 def _data_dir(settings: Settings) -> str | None:
@@ -127,7 +140,7 @@ def load_datasets(spec, settings: Settings, seq_len: int,
     from jobs.datasets import load_eval_set
 
     enc = get_encoding(spec.tokenizer)
-    out = [_validation(spec, enc, seq_len, settings.suite.val_chunks)]
+    out = [_validation(spec, enc, seq_len, settings.suite.val_chunks, settings.seed)]
     for name in settings.suite.zero_shot:
         try:
             s = load_eval_set(name, enc, seq_len, data_dir=_data_dir(settings),
@@ -137,7 +150,8 @@ def load_datasets(spec, settings: Settings, seq_len: int,
                 raise
             missing.append(f"{name}: {str(error)[:300]}")
             continue
-        out.append(Dataset(s.name, s.split, s.chunks, s.n_bytes, s.chunking))
+        tiling = ew.consecutive(len(s.chunks), seq_len, s.n_tokens + s.dropped_tokens)
+        out.append(Dataset(s.name, s.split, s.chunks, s.n_bytes, s.chunking, tiling))
     return out
 
 
@@ -162,19 +176,34 @@ def _row(ctx, ds: Dataset, metric: str, **fields) -> dict:
     return record(ctx, dataset=ds.name, split=ds.split, metric=metric, chunking=ds.chunking, **fields)
 
 
+def _window_row(ctx, ds: Dataset, metric: str, per_window: torch.Tensor, index: np.ndarray | None = None,
+                chunking: str | None = None, **fields) -> dict:
+    """A row whose value is the mean of `per_window` values (of the dataset's windows, or of those
+    at `index`) and whose se is their standard error; the values travel with it (jobs.evalwindows)."""
+    tiling = ds.windows
+    index = np.arange(len(tiling.starts)) if index is None else index
+    value, se = ew.mean_se(per_window)
+    row = record(ctx, dataset=ds.name, split=ds.split, metric=metric, chunking=chunking or ds.chunking,
+                 value=value, se=se, n_samples=len(index), coverage_tokens=len(index) * tiling.seq_len,
+                 split_tokens=tiling.split_tokens, **fields)
+    return ew.attach(row, tiling.ids[index], tiling.starts[index], per_window)
+
+
 def l2r_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
-    """nll_l2r (nats/token) and bpb_l2r (bits/byte), exact."""
+    """nll_l2r (nats/token) and bpb_l2r (bits/byte), exact given the windows."""
     nll = torch.cat([lk.l2r_nll(model, b) for b in _batches(ds.chunks, settings)]).double().cpu()
-    n = len(ds.chunks)
-    return [_row(ctx, ds, "nll_l2r", value=nll.mean(), unit="nats/token", n_samples=n, estimator="exact"),
-            _row(ctx, ds, "bpb_l2r", value=nll.sum() / LN2 / ds.n_bytes, unit="bits/byte", n_samples=n,
-                 estimator="exact")]
+    row = _window_row(ctx, ds, "nll_l2r", nll.mean(1), unit="nats/token", estimator="exact")
+    per_byte = nll.numel() / LN2 / ds.n_bytes  # bpb = mean per-window nll x tokens / (ln 2 x bytes)
+    bpb = {k: v for k, v in row.items() if k != ew.PAYLOAD}  # a unit conversion: no windows of its own
+    bpb.update(metric="bpb_l2r", value=float(nll.sum() / LN2 / ds.n_bytes), unit="bits/byte",
+               se=None if row["se"] is None else row["se"] * per_byte)
+    return [row, bpb]
 
 
-def _mc_row(ctx, ds, metric, draws: torch.Tensor, estimator: str, **fields) -> dict:
-    est = lk.mc_estimate(draws)
-    return _row(ctx, ds, metric, value=est.value, se=est.se, unit="nats/token", n_samples=est.n_sequences,
-                estimator=estimator, **fields)
+def _mc_row(ctx, ds, metric, draws: torch.Tensor, estimator: str, index: np.ndarray | None = None,
+            **fields) -> dict:
+    return _window_row(ctx, ds, metric, draws.double().mean(1), index, unit="nats/token", estimator=estimator,
+                       **fields)
 
 
 def anyorder_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
@@ -193,11 +222,12 @@ def ensemble_sweep(m_max: int) -> list[int]:
 def ensemble_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
     """nll_ensemble for M in the sweep, sharing targets and orders across M."""
     s = settings.suite
-    chunks = ds.chunks[:s.ensemble_chunks]
+    index = ew.ensemble_subset(len(ds.chunks), s.ensemble_chunks, settings.seed)
+    chunks = ds.chunks[torch.from_numpy(index)]
     n_targets = min(s.n_targets, chunks.shape[1])
     g = generator(settings.seed, ds.name, "nll_ensemble", device=_device(settings))
     logp = torch.cat([lk.ensemble_logprobs(model, b, s.m_max, n_targets, g)[0] for b in _batches(chunks, settings)])
-    return [_mc_row(ctx, ds, "nll_ensemble", lk.ensemble_losses(logp, m), "ctx_ensemble", m=m,
+    return [_mc_row(ctx, ds, "nll_ensemble", lk.ensemble_losses(logp, m), "ctx_ensemble", index, m=m,
                     n_targets=n_targets) for m in ensemble_sweep(s.m_max)]
 
 
@@ -264,7 +294,7 @@ def infill_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]
     context = model.SPEC.infill_context
     chunking = f"{ds.chunking}; span = tokens [{a}, {a + span}) of each chunk"
     base = dict(dataset=ds.name, split=ds.split, n_samples=len(nll), estimator=context, chunking=chunking)
-    return [record(ctx, metric="infill_nll", value=nll.mean(), unit="nats/token", **base),
+    return [_window_row(ctx, ds, "infill_nll", nll, unit="nats/token", estimator=context, chunking=chunking),
             record(ctx, metric="infill_em", value=em.mean(), se=_binomial_se(float(em.mean()), len(em)),
                    unit="fraction", **base)]
 
@@ -322,7 +352,9 @@ def evaluate(run_dir: str | Path, suite: str = "quick", **overrides) -> pl.DataF
                "eval_seed": settings.seed, **settings.place.columns()}
         rows += compute_rows(model, spec, datasets, ctx, settings, Path(run_dir), missing)
     rows += unigram_rows(spec, model.vocab_size, datasets, {**ctx, "weights": None})
+    windows = ew.take(rows)
     frame = write_records(run_dir, to_frame(rows), drop=("gen_ppl",) if settings.suite.generate else ())
+    ew.write_windows(run_dir, windows)
     _report_missing(Path(run_dir), missing)
     return frame
 
@@ -341,11 +373,11 @@ def unigram_rows(spec, vocab_size: int, datasets: list[Dataset], ctx: dict) -> l
     """nll_unigram per dataset: the cross-entropy (nats/token) of the training split's add-one-
     smoothed unigram distribution on that dataset's evaluated chunks. A model not clearly below it
     has learned nothing beyond token frequencies (DESIGN §7: the plateau)."""
-    from jobs.unigram import unigram_nll
+    from jobs.unigram import unigram_window_nll
 
-    return [_row(ctx, ds, "nll_unigram",
-                 value=unigram_nll(spec.corpus, spec.tokenizer, vocab_size, ds.chunks, spec.text_field),
-                 unit="nats/token", n_samples=len(ds.chunks), estimator="unigram_add1_train")
+    return [_window_row(ctx, ds, "nll_unigram",
+                        unigram_window_nll(spec.corpus, spec.tokenizer, vocab_size, ds.chunks, spec.text_field),
+                        unit="nats/token", estimator="unigram_add1_train")
             for ds in datasets]
 
 
