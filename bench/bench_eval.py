@@ -33,12 +33,12 @@ def parse_setting(text: str) -> dict[str, int]:
     return {key.strip(): int(value) for key, value in pairs}
 
 
-def quickstart_runs(root: Path, steps: int) -> list[tuple[str, str, Path]]:
-    """(family, size, run dir) of the quickstart's seed-0 runs, trained for `steps` steps."""
+def quickstart_runs(root: Path, steps: int, sizes: list[str]) -> list[tuple[str, str, Path]]:
+    """(family, size, run dir) of the quickstart's seed-0 runs at `sizes`, trained for `steps` steps."""
     out = []
     for cell in build_study({"preset": "quickstart"}).cells:
         spec = cell.spec
-        if spec.seed != 0:
+        if spec.seed != 0 or spec.size not in sizes:
             continue
         spec = spec.replace(steps=steps, warmup_steps=1, eval_every=0, checkpoint_every=0)
         run_dir = root / spec.run_id
@@ -56,30 +56,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=1, help="timings per (run, setting); the minimum is kept")
     p.add_argument("--seeds", type=int, default=2, help="quickstart seeds (for the projected total)")
     p.add_argument("--parallel", type=int, default=2, help="runs evaluated at a time (for the total)")
+    p.add_argument("--sizes", default="0.1M,0.3M", help="quickstart sizes to time")
     args = p.parse_args(argv)
     settings = [parse_setting(s) for s in args.setting] or [{}]
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("AOSCALE_CACHE", str(Path(tmp) / "cache"))
-        runs = quickstart_runs(Path(tmp) / "runs", args.steps)
+        runs = quickstart_runs(Path(tmp) / "runs", args.steps, args.sizes.split(","))
         evaluate(runs[0][2], args.suite, **settings[0])  # token cache, unigram counts, allocator warm-up
         seconds = {}
         for _ in range(args.rounds):
             for family, size, run_dir in runs:
                 for i, setting in enumerate(settings):
-                    start = time.perf_counter()
+                    wall, cpu = time.perf_counter(), time.process_time()
                     evaluate(run_dir, args.suite, **setting)
-                    took = time.perf_counter() - start
+                    took = (time.perf_counter() - wall, time.process_time() - cpu)
                     key = (family, size, i)
                     seconds[key] = min(seconds.get(key, took), took)
-    print(f"{'family':8} {'size':6} " + " ".join(f"{'setting ' + str(i):>10}" for i in range(len(settings))))
+    print("seconds per run, wall / cpu (cpu: this process's CPU time, less sensitive to a busy machine)")
+    print(f"{'family':8} {'size':6} " + " ".join(f"{'setting ' + str(i):>16}" for i in range(len(settings))))
     for family, size, _ in runs:
-        print(f"{family:8} {size:6} " + " ".join(f"{seconds[(family, size, i)]:>9.2f}s"
+        print(f"{family:8} {size:6} " + " ".join("{:>7.1f} / {:>6.1f}".format(*seconds[(family, size, i)])
                                                  for i in range(len(settings))))
     for i, setting in enumerate(settings):
-        total = sum(seconds[(f, s, i)] for f, s, _ in runs) * args.seeds / args.parallel
-        print(f"setting {i} ({args.suite} {setting or 'as is'}): quickstart evaluation ~{total:.0f} s "
-              f"({args.seeds} seeds, {args.parallel} at a time)")
+        wall, cpu = (sum(seconds[(f, s, i)][j] for f, s, _ in runs) * args.seeds / args.parallel for j in (0, 1))
+        print(f"setting {i} ({args.suite} {setting or 'as is'}): quickstart evaluation ~{wall:.0f} s wall, "
+              f"~{cpu:.0f} s of CPU per core ({args.seeds} seeds, {args.parallel} at a time)")
     return 0
 
 
