@@ -7,7 +7,8 @@ effect b, interaction e). The paired gap's mean over S seeds and W windows has v
 Var(a)/S + Var(b)/W + Var(e)/(SW). The seed t-interval estimates the first and last terms; this
 module estimates the window term from the two-way table of d: Var(b) = Var_w(column means) -
 MS_interaction / S (floored at 0), and adds it, with Satterthwaite's degrees of freedom for the
-sum (the interval is never narrower than the seed interval alone). Windows count as independent draws from the text (no finite-population correction).
+sum (the interval is never narrower than the seed interval alone). Windows count as independent
+draws from the text (no finite-population correction).
 
 Files only (polars, numpy, scipy): no torch, no other aoscale package.
 """

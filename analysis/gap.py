@@ -158,9 +158,9 @@ def with_eval_noise(gaps: list[Gap], final: pl.DataFrame, windows: pl.DataFrame 
         for p in g.points:
             noise = None
             if p.paired:
-                d = evalnoise.gap_table(windows, evalnoise.runs_by_seed(final, g.family, g.variant, p.size, g.metric),
-                                        evalnoise.runs_by_seed(final, ref_family, ref_variant, p.size, REFERENCE_METRIC),
-                                        g.metric, REFERENCE_METRIC, g.dataset, g.split)
+                family = evalnoise.runs_by_seed(final, g.family, g.variant, p.size, g.metric)
+                reference = evalnoise.runs_by_seed(final, ref_family, ref_variant, p.size, REFERENCE_METRIC)
+                d = evalnoise.gap_table(windows, family, reference, g.metric, REFERENCE_METRIC, g.dataset, g.split)
                 noise = evalnoise.window_noise(d) if d.shape[0] == p.delta.n else None
             points.append(p if noise is None else replace(p, delta=evalnoise.with_window_noise(p.delta, noise),
                                                           eval_se=noise.se, n_windows=noise.n_windows))

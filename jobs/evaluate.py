@@ -14,7 +14,8 @@ module under models/families); this module computes each group (METRIC_ROWS):
 All randomness derives from `--seed` (default EVAL_SEED) and the (dataset, metric) name, so a
 rerun writes the same rows. The validation windows are spread uniformly over the whole split and
 are the same for every run of a study; each record's value is the mean of per-window values, kept
-in `run_dir/eval_windows.parquet`, and its `se` their standard error (jobs.evalwindows). CLI: `python -m jobs.evaluate --run-dir DIR [--suite quick|paper]`.
+in `run_dir/eval_windows.parquet`, and its `se` their standard error (jobs.evalwindows).
+CLI: `python -m jobs.evaluate --run-dir DIR [--suite quick|paper]`.
 """
 from __future__ import annotations
 
