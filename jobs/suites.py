@@ -37,8 +37,11 @@ SUITES: dict[str, Suite] = {
                    zero_shot=("wikitext2",), zero_shot_chunks=4),
     # CPU studies (quickstart, laptop): 4,096 windows spread over the whole validation split (at 32
     # bytes each, 131 kB of the 440 kB Shakespeare split: 30 %), the ensemble on 256 of them x 16
-    # targets. The whole split (13,752 windows) would cost an MDM's exact L2R (one forward per token)
-    # ~3.4x more, past the quickstart's 10 minutes on 2 cores (bench/bench_eval.py measures it).
+    # targets, 2 MC draws per window (the se over windows counts the draws). CPU seconds per run
+    # (one thread; bench/bench_eval.py at 0.1M, per-metric timings x 16 at 0.3M): AR 2 / 2, AO-GPT
+    # 9 / 19, MDLM 35 / 82 (its exact L2R is one forward per token), ~150 s over the quickstart's 12
+    # runs on 2 cores, ~110 s more than 1,024 windows. The whole split (13,752 windows) costs 3.4x
+    # that, past the quickstart's 10 minutes.
     "cpu": Suite(val_chunks=4096, k_mc=2, m_max=4, n_targets=16, ensemble_chunks=256,
                  zero_shot=("wikitext2",), zero_shot_chunks=4),
     "paper": Suite(val_chunks=256, k_mc=16, m_max=8, n_targets=32, ensemble_chunks=256,
