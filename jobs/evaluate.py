@@ -418,14 +418,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k-mc", type=int_arg, help="MC draws per sequence (permutations / ELBO samples)")
     p.add_argument("--m-max", type=int_arg, help="largest ensemble size M (sweep 1, 2, 4, ..., M)")
     p.add_argument("--n-targets", type=int_arg, help="target slots scored per sequence when ensembling")
-    p.add_argument("--val-chunks", type=int_arg, help="validation windows of the run's corpus")
+    p.add_argument("--val-chunks", type=int_arg, help="validation windows, drawn over the whole split (all if fewer)")
     p.add_argument("--gen-samples", type=int_arg, help="samples per step count (suites that generate: paper)")
     p.add_argument("--datasets", help="comma-separated zero-shot sets (wikitext2,ptb,lm1b,lambada,shakespeare)")
     p.add_argument("--max-chunks", type=int_arg, help="chunks per zero-shot set")
     p.add_argument("--seq-len", type=int_arg, help="chunk length (at most the model's context)")
     p.add_argument("--weights", default="auto", help="auto | ema | raw")
     p.add_argument("--data-dir", help="folder laid out like the offline data kit (default $AOSCALE_DATA)")
-    p.add_argument("--seed", type=int_arg, default=EVAL_SEED)
+    p.add_argument("--seed", type=int_arg, default=EVAL_SEED,
+                   help="evaluation seed: the windows and MC draws (every run of a study uses the default)")
     return p
 
 
