@@ -21,7 +21,8 @@ from analysis import DEFAULT_BOOTSTRAP, ablations, fairness, figures, io, sectio
 from analysis.cells import CELL_KEYS, build_cells, latest
 from analysis.ensemble import ensemble_studies
 from analysis.fits import CurveFit, fit_cell
-from analysis.gap import REFERENCE_FAMILY, compute_gaps, matched_family_gaps
+from analysis import evalnoise
+from analysis.gap import REFERENCE_FAMILY, compute_gaps, matched_family_gaps, with_eval_noise
 from analysis.records import Inputs, RecordsError, load
 from analysis.report import to_html, to_markdown
 
@@ -149,6 +150,7 @@ def _analyse_one(inputs: Inputs, bootstrap: int, x: str, seed: int) -> Analysis:
     cells, fits = _fitted(final, x, bootstrap, seed, flags)
     by_key = {c.key: f for c, f in zip(cells, fits)}
     gaps, gap_notes = compute_gaps(cells, by_key, bootstrap, seed)
+    gaps = with_eval_noise(gaps, final, evalnoise.read_windows(inputs.sources))
     gaps = [fairness.flag_gap(g, flags) for g in gaps]
     notes += [f"run without eval.parquet: {r}" for r in inputs.missing_runs] + list(inputs.notes)
     if plateau.is_empty():
@@ -185,7 +187,8 @@ def _gap_json(g) -> dict:
     return {"family": g.family, "variant": g.variant, "metric": g.metric, "dataset": g.dataset, "split": g.split,
             "reference": g.reference, "trend": g.trend.to_dict(), "multiplier_reason": g.multiplier_reason,
             "points": [{"size": p.size, "x": p.x, "paired": p.paired, "n_family": p.n_family,
-                        "n_reference": p.n_reference, "plateau": p.plateau, **p.delta.to_dict()} for p in g.points],
+                        "n_reference": p.n_reference, "plateau": p.plateau, **p.delta.to_dict(),
+                        "eval_se": _finite(p.eval_se), "n_windows": p.n_windows} for p in g.points],
             "multipliers": [{"x": m.x, "k": _finite(m.k), "ci95": [_finite(m.lo), _finite(m.hi)],
                              "unreached": m.unreached} for m in g.multipliers]}
 

@@ -4,9 +4,12 @@ multiplier k(x): how many times more x the family needs to reach AR's loss at x.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
+import polars as pl
+
+from analysis import evalnoise
 
 from analysis.cells import Cell, Point
 from analysis.fits import MIN_SEEDS, CurveFit, PREDICT_FACTORS, predict
@@ -27,6 +30,8 @@ class GapPoint:
     n_family: int
     n_reference: int
     plateau: str = ""  # why this size's comparison is not a result (a run on the plateau), else ""
+    eval_se: float = math.nan  # the windows' share of delta.se (analysis.evalnoise), NaN without window files
+    n_windows: int = 0  # common windows behind eval_se
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,29 @@ def _gap(c: Cell, ref: Cell, fits: dict, resamples: int, seed: int) -> Gap:
     fam, variant, metric, dataset, split, _ = c.key
     return Gap(fam, variant, metric, dataset, split, f"{ref.key[0]}/{ref.key[1]} {REFERENCE_METRIC}",
                tuple(points), tr, mult, why, (ref.key[0], ref.key[1]))
+
+
+def with_eval_noise(gaps: list[Gap], final: pl.DataFrame, windows: pl.DataFrame | None) -> list[Gap]:
+    """Each paired per-size gap with the evaluation noise of its windows added to its interval
+    (analysis.evalnoise), where the runs' per-window files exist; other points are unchanged."""
+    if windows is None or windows.is_empty():
+        return gaps
+    windows = evalnoise.same_runs(windows, final)
+    out = []
+    for g in gaps:
+        ref_family, ref_variant = g.reference_key
+        points = []
+        for p in g.points:
+            noise = None
+            if p.paired:
+                family = evalnoise.runs_by_seed(final, g.family, g.variant, p.size, g.metric)
+                reference = evalnoise.runs_by_seed(final, ref_family, ref_variant, p.size, REFERENCE_METRIC)
+                d = evalnoise.gap_table(windows, family, reference, g.metric, REFERENCE_METRIC, g.dataset, g.split)
+                noise = evalnoise.window_noise(d) if d.shape[0] == p.delta.n else None
+            points.append(p if noise is None else replace(p, delta=evalnoise.with_window_noise(p.delta, noise),
+                                                          eval_se=noise.se, n_windows=noise.n_windows))
+        out.append(replace(g, points=tuple(points)))
+    return out
 
 
 @dataclass(frozen=True)

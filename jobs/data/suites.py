@@ -12,11 +12,11 @@ from dataclasses import dataclass
 class Suite:
     """What a suite measures and how many samples it spends."""
 
-    val_chunks: int  # validation windows of the run's own corpus
+    val_chunks: int  # validation windows of the run's own corpus, spread over its whole split (all if it holds fewer)
     k_mc: int  # MC draws per sequence (permutations, ELBO noise draws)
     m_max: int  # ensemble sweep M = 1, 2, 4, ..., m_max
     n_targets: int  # scored target slots per sequence for ensembling
-    ensemble_chunks: int  # sequences ensembling is run on
+    ensemble_chunks: int  # windows ensembling is run on: a uniform subsample of the scored ones (>= 256 or all)
     zero_shot: tuple[str, ...]  # eval sets (jobs.datasets) used when a data folder is set
     zero_shot_chunks: int | None  # chunks per eval set (None = all)
     lambada: bool = False
@@ -33,13 +33,18 @@ class Suite:
 
 
 SUITES: dict[str, Suite] = {
-    "quick": Suite(val_chunks=8, k_mc=4, m_max=4, n_targets=8, ensemble_chunks=4,
+    "quick": Suite(val_chunks=8, k_mc=4, m_max=4, n_targets=8, ensemble_chunks=8,
                    zero_shot=("wikitext2",), zero_shot_chunks=4),
-    # CPU studies (quickstart, laptop): 1,024 windows resolve 0.3 nats against the unigram baseline
-    # and 32 x 32 ensemble targets resolve gains of ~0.01 nats (docs/results/quickstart-tuning.md)
-    "cpu": Suite(val_chunks=1024, k_mc=4, m_max=4, n_targets=32, ensemble_chunks=32,
+    # CPU studies (quickstart, laptop): 4,096 windows spread over the whole validation split (at 32
+    # bytes each, 131 kB of the 440 kB Shakespeare split: 30 %), the ensemble on 256 of them x 16
+    # targets, 2 MC draws per window (the se over windows counts the draws). CPU seconds per run
+    # (one thread; bench/bench_eval.py at 0.1M, per-metric timings x 16 at 0.3M): AR 2 / 2, AO-GPT
+    # 9 / 19, MDLM 35 / 82 (its exact L2R is one forward per token), ~150 s over the quickstart's 12
+    # runs on 2 cores, ~110 s more than 1,024 windows. The whole split (13,752 windows) costs 3.4x
+    # that, past the quickstart's 10 minutes.
+    "cpu": Suite(val_chunks=4096, k_mc=2, m_max=4, n_targets=16, ensemble_chunks=256,
                  zero_shot=("wikitext2",), zero_shot_chunks=4),
-    "paper": Suite(val_chunks=256, k_mc=16, m_max=8, n_targets=32, ensemble_chunks=32,
+    "paper": Suite(val_chunks=256, k_mc=16, m_max=8, n_targets=32, ensemble_chunks=256,
                    zero_shot=("wikitext2", "ptb", "lm1b", "lambada"), zero_shot_chunks=None,
                    lambada=True, infill_span=16, generate=True),
 }

@@ -40,8 +40,14 @@ def log_probs(counts: np.ndarray) -> np.ndarray:
     return np.log(counts + 1.0) - np.log(counts.sum() + len(counts))
 
 
+def unigram_window_nll(corpus: str, tokenizer: str, vocab_size: int, chunks: torch.Tensor,
+                       text_field: str = data.DEFAULT_TEXT_FIELD) -> np.ndarray:
+    """Mean -log p(x) over each chunk's tokens [N] under the training split's unigram (float64)."""
+    logp = log_probs(train_counts(corpus, tokenizer, vocab_size, text_field))
+    return -logp[chunks.numpy()].mean(axis=1)
+
+
 def unigram_nll(corpus: str, tokenizer: str, vocab_size: int, chunks: torch.Tensor,
                 text_field: str = data.DEFAULT_TEXT_FIELD) -> float:
     """Mean -log p(x) over every token of `chunks` [N, L] under the training split's unigram."""
-    logp = log_probs(train_counts(corpus, tokenizer, vocab_size, text_field))
-    return float(-logp[chunks.numpy().reshape(-1)].mean())
+    return float(unigram_window_nll(corpus, tokenizer, vocab_size, chunks, text_field).mean())

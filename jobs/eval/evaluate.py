@@ -12,7 +12,10 @@ module under models/families); this module computes each group (METRIC_ROWS):
   paper suite    + lambada_acc, infill_nll / infill_em (estimator: the family's declared
                  `infill_context`, prefix_only or prefix_suffix), generation (jobs.generate)
 All randomness derives from `--seed` (default EVAL_SEED) and the (dataset, metric) name, so a
-rerun writes the same rows. CLI: `python -m jobs.evaluate --run-dir DIR [--suite quick|paper]`.
+rerun writes the same rows. The validation windows are spread uniformly over the whole split and
+are the same for every run of a study; each record's value is the mean of per-window values, kept
+in `run_dir/eval_windows.parquet`, and its `se` their standard error (jobs.eval.windows).
+CLI: `python -m jobs.evaluate --run-dir DIR [--suite quick|paper]`.
 """
 from __future__ import annotations
 
@@ -26,11 +29,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from collections.abc import Callable
 
+import numpy as np
 import polars as pl
 import torch
 
 from cli import InputError, Parser, int_arg, parse, run_main
 from jobs.train import checkpoint
+from jobs.eval import windows as ew
 from jobs.run.allocator import keep_freed_memory
 from jobs.run.device import Placement, placement
 from jobs.eval.generate import GenSettings, generation_rows, write_samples
@@ -42,7 +47,7 @@ from jobs.data.datasets import EVAL_SET_NAMES, load_eval_set, load_lambada, pars
 from jobs.data import corpus as data
 from jobs.data.corpus import get_encoding
 from jobs.run.files import add_status_warning
-from jobs.data.unigram import unigram_nll
+from jobs.data.unigram import unigram_window_nll
 from models import likelihood as lk
 
 EVAL_SEED = 20240917  # any fixed number; recorded in every row as eval_seed
@@ -61,7 +66,7 @@ class Settings:
     seq_len: int | None = None  # chunk length; defaults to the model's context
     data_dir: str | None = None
     require_zero_shot: bool = False  # the caller named the sets: a missing one is an error
-    place: Placement | None = None  # device, precision and batch (`jobs.device.placement` of the run)
+    place: Placement | None = None  # device, precision and batch (`jobs.run.device.placement` of the run)
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,15 @@ class Dataset:
     chunks: torch.Tensor  # [N, L]
     n_bytes: int
     chunking: str
+    tiling: ew.Tiling | None = None  # where the chunks lie in the split (None: consecutive from 0)
+
+    @property
+    def windows(self) -> ew.Tiling:
+        """The chunks' windows: their tiling, or consecutive tiles of a split of just these chunks."""
+        if self.tiling is not None:
+            return self.tiling
+        n, L = self.chunks.shape
+        return ew.consecutive(n, L, n * L)
 
 
 # ---- settings ----------------------------------------------------------------------------------
@@ -102,13 +116,13 @@ def make_settings(suite: str = "quick", **overrides) -> Settings:
 
 
 # ---- data --------------------------------------------------------------------------------------
-def _validation(spec, enc, seq_len: int, n: int) -> Dataset:
+def _validation(spec, enc, seq_len: int, n: int, seed: int) -> Dataset:
+    """`n` windows spread uniformly over the whole validation split (all of it when it holds <= n)."""
     tokens = data.token_array(spec.corpus, spec.tokenizer, "validation", spec.text_field)
-    chunks = next(data.val_batches(tokens, n, seq_len, n_batches=1))
+    tiling = ew.draw_windows(len(tokens), seq_len, n, seed)
+    chunks = torch.from_numpy(np.asarray(tokens[tiling.starts[:, None] + np.arange(seq_len)], dtype=np.int64))
     n_bytes = int(token_byte_lengths(enc)[chunks.numpy()].sum())
-    chunking = (f"first {len(chunks)} non-overlapping {seq_len}-token windows of the validation split "
-                f"(documents joined by <|endoftext|>)")
-    return Dataset(spec.corpus, "validation", chunks, n_bytes, chunking)
+    return Dataset(spec.corpus, "validation", chunks, n_bytes, tiling.describe("validation"), tiling)
 
 
 def _data_dir(settings: Settings) -> str | None:
@@ -122,7 +136,7 @@ def load_datasets(spec, settings: Settings, seq_len: int,
     A set that cannot be had is an error when the caller named the sets; otherwise it is
     appended to `missing` as "name: reason" (never skipped in silence)."""
     enc = get_encoding(spec.tokenizer)
-    out = [_validation(spec, enc, seq_len, settings.suite.val_chunks)]
+    out = [_validation(spec, enc, seq_len, settings.suite.val_chunks, settings.seed)]
     for name in settings.suite.zero_shot:
         try:
             s = load_eval_set(name, enc, seq_len, data_dir=_data_dir(settings),
@@ -132,7 +146,8 @@ def load_datasets(spec, settings: Settings, seq_len: int,
                 raise
             missing.append(f"{name}: {str(error)[:300]}")
             continue
-        out.append(Dataset(s.name, s.split, s.chunks, s.n_bytes, s.chunking))
+        tiling = ew.consecutive(len(s.chunks), seq_len, s.n_tokens + s.dropped_tokens)
+        out.append(Dataset(s.name, s.split, s.chunks, s.n_bytes, s.chunking, tiling))
     return out
 
 
@@ -157,19 +172,34 @@ def _row(ctx, ds: Dataset, metric: str, **fields) -> dict:
     return record(ctx, dataset=ds.name, split=ds.split, metric=metric, chunking=ds.chunking, **fields)
 
 
+def _window_row(ctx, ds: Dataset, metric: str, per_window: torch.Tensor, index: np.ndarray | None = None,
+                chunking: str | None = None, **fields) -> dict:
+    """A row whose value is the mean of `per_window` values (of the dataset's windows, or of those
+    at `index`) and whose se is their standard error; the values travel with it (jobs.eval.windows)."""
+    tiling = ds.windows
+    index = np.arange(len(tiling.starts)) if index is None else index
+    value, se = ew.mean_se(per_window)
+    row = record(ctx, dataset=ds.name, split=ds.split, metric=metric, chunking=chunking or ds.chunking,
+                 value=value, se=se, n_samples=len(index), coverage_tokens=len(index) * tiling.seq_len,
+                 split_tokens=tiling.split_tokens, **fields)
+    return ew.attach(row, tiling.ids[index], tiling.starts[index], per_window)
+
+
 def l2r_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
-    """nll_l2r (nats/token) and bpb_l2r (bits/byte), exact."""
+    """nll_l2r (nats/token) and bpb_l2r (bits/byte), exact given the windows."""
     nll = torch.cat([lk.l2r_nll(model, b) for b in _batches(ds.chunks, settings)]).double().cpu()
-    n = len(ds.chunks)
-    return [_row(ctx, ds, "nll_l2r", value=nll.mean(), unit="nats/token", n_samples=n, estimator="exact"),
-            _row(ctx, ds, "bpb_l2r", value=nll.sum() / LN2 / ds.n_bytes, unit="bits/byte", n_samples=n,
-                 estimator="exact")]
+    row = _window_row(ctx, ds, "nll_l2r", nll.mean(1), unit="nats/token", estimator="exact")
+    per_byte = nll.numel() / LN2 / ds.n_bytes  # bpb = mean per-window nll x tokens / (ln 2 x bytes)
+    bpb = {k: v for k, v in row.items() if k != ew.PAYLOAD}  # a unit conversion: no windows of its own
+    bpb.update(metric="bpb_l2r", value=float(nll.sum() / LN2 / ds.n_bytes), unit="bits/byte",
+               se=None if row["se"] is None else row["se"] * per_byte)
+    return [row, bpb]
 
 
-def _mc_row(ctx, ds, metric, draws: torch.Tensor, estimator: str, **fields) -> dict:
-    est = lk.mc_estimate(draws)
-    return _row(ctx, ds, metric, value=est.value, se=est.se, unit="nats/token", n_samples=est.n_sequences,
-                estimator=estimator, **fields)
+def _mc_row(ctx, ds, metric, draws: torch.Tensor, estimator: str, index: np.ndarray | None = None,
+            **fields) -> dict:
+    return _window_row(ctx, ds, metric, draws.double().mean(1), index, unit="nats/token", estimator=estimator,
+                       **fields)
 
 
 def anyorder_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
@@ -188,11 +218,12 @@ def ensemble_sweep(m_max: int) -> list[int]:
 def ensemble_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
     """nll_ensemble for M in the sweep, sharing targets and orders across M."""
     s = settings.suite
-    chunks = ds.chunks[:s.ensemble_chunks]
+    index = ew.ensemble_subset(len(ds.chunks), s.ensemble_chunks, settings.seed)
+    chunks = ds.chunks[torch.from_numpy(index)]
     n_targets = min(s.n_targets, chunks.shape[1])
     g = generator(settings.seed, ds.name, "nll_ensemble", device=_device(settings))
     logp = torch.cat([lk.ensemble_logprobs(model, b, s.m_max, n_targets, g)[0] for b in _batches(chunks, settings)])
-    return [_mc_row(ctx, ds, "nll_ensemble", lk.ensemble_losses(logp, m), "ctx_ensemble", m=m,
+    return [_mc_row(ctx, ds, "nll_ensemble", lk.ensemble_losses(logp, m), "ctx_ensemble", index, m=m,
                     n_targets=n_targets) for m in ensemble_sweep(s.m_max)]
 
 
@@ -256,7 +287,7 @@ def infill_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]
     context = model.SPEC.infill_context
     chunking = f"{ds.chunking}; span = tokens [{a}, {a + span}) of each chunk"
     base = dict(dataset=ds.name, split=ds.split, n_samples=len(nll), estimator=context, chunking=chunking)
-    return [record(ctx, metric="infill_nll", value=nll.mean(), unit="nats/token", **base),
+    return [_window_row(ctx, ds, "infill_nll", nll, unit="nats/token", estimator=context, chunking=chunking),
             record(ctx, metric="infill_em", value=em.mean(), se=_binomial_se(float(em.mean()), len(em)),
                    unit="fraction", **base)]
 
@@ -264,8 +295,8 @@ def infill_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]
 # ---- the job -----------------------------------------------------------------------------------
 def load_run(run_dir: str | Path, weights: str):
     """(model, spec, info) of the run's newest checkpoint, on the run's device with its compile
-    setting (`jobs.device.placement`); InputError when there is none or a newer one is corrupt
-    (see jobs.checkpoint.load_run)."""
+    setting (`jobs.run.device.placement`); InputError when there is none or a newer one is corrupt
+    (see jobs.train.checkpoint.load_run)."""
     model, spec, info = checkpoint.load_run(run_dir, weights, device="auto")
     place = placement(spec)
     if place.compile:
@@ -314,7 +345,9 @@ def evaluate(run_dir: str | Path, suite: str = "quick", **overrides) -> pl.DataF
                "eval_seed": settings.seed, **settings.place.columns()}
         rows += compute_rows(model, spec, datasets, ctx, settings, Path(run_dir), missing)
     rows += unigram_rows(spec, model.vocab_size, datasets, {**ctx, "weights": None})
+    windows = ew.take(rows)
     frame = write_records(run_dir, to_frame(rows), drop=("gen_ppl",) if settings.suite.generate else ())
+    ew.write_windows(run_dir, windows)
     _report_missing(Path(run_dir), missing)
     return frame
 
@@ -331,9 +364,9 @@ def unigram_rows(spec, vocab_size: int, datasets: list[Dataset], ctx: dict) -> l
     """nll_unigram per dataset: the cross-entropy (nats/token) of the training split's add-one-
     smoothed unigram distribution on that dataset's evaluated chunks. A model not clearly below it
     has learned nothing beyond token frequencies (docs/DESIGN.md §7: the plateau)."""
-    return [_row(ctx, ds, "nll_unigram",
-                 value=unigram_nll(spec.corpus, spec.tokenizer, vocab_size, ds.chunks, spec.text_field),
-                 unit="nats/token", n_samples=len(ds.chunks), estimator="unigram_add1_train")
+    return [_window_row(ctx, ds, "nll_unigram",
+                        unigram_window_nll(spec.corpus, spec.tokenizer, vocab_size, ds.chunks, spec.text_field),
+                        unit="nats/token", estimator="unigram_add1_train")
             for ds in datasets]
 
 
@@ -373,20 +406,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k-mc", type=int_arg, help="MC draws per sequence (permutations / ELBO samples)")
     p.add_argument("--m-max", type=int_arg, help="largest ensemble size M (sweep 1, 2, 4, ..., M)")
     p.add_argument("--n-targets", type=int_arg, help="target slots scored per sequence when ensembling")
-    p.add_argument("--val-chunks", type=int_arg, help="validation windows of the run's corpus")
+    p.add_argument("--val-chunks", type=int_arg, help="validation windows, drawn over the whole split (all if fewer)")
     p.add_argument("--gen-samples", type=int_arg, help="samples per step count (suites that generate: paper)")
     p.add_argument("--datasets", help="comma-separated zero-shot sets (wikitext2,ptb,lm1b,lambada,shakespeare)")
     p.add_argument("--max-chunks", type=int_arg, help="chunks per zero-shot set")
     p.add_argument("--seq-len", type=int_arg, help="chunk length (at most the model's context)")
     p.add_argument("--weights", default="auto", help="auto | ema | raw")
     p.add_argument("--data-dir", help="folder laid out like the offline data kit (default $AOSCALE_DATA)")
-    p.add_argument("--seed", type=int_arg, default=EVAL_SEED)
+    p.add_argument("--seed", type=int_arg, default=EVAL_SEED,
+                   help="evaluation seed: the windows and MC draws (every run of a study uses the default)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: exit 0 on success, 2 on bad input (one line on stderr, nothing written), 75 when
-    another process holds the run (jobs.runlock)."""
+    another process holds the run (jobs.run.lock)."""
     args = parse(build_parser(), argv)
     if isinstance(args, int):
         return args

@@ -12,10 +12,14 @@ number can be traced to how it was measured:
   role           compared | judge (the judge scores generated samples and enters no fit or gap)
   chunking       how the dataset was cut into sequences
   eval_seed      the seed all evaluation randomness derives from
-  device         where the model ran: cpu, or cuda (<GPU name>) (jobs.device.placement)
+  device         where the model ran: cpu, or cuda (<GPU name>) (jobs.run.device.placement)
   precision      fp32, or bf16 (autocast, where the run trained with it)
-`se` is the Monte-Carlo standard error given the evaluated sequences (null for exact values);
-for fractions (lambada_acc, infill_em) it is the binomial standard error over items.
+  coverage_tokens  tokens the value was computed over (windows x their length)
+  split_tokens     tokens in the split those windows were drawn from (coverage share = ratio)
+`se` is the sampling standard error over the evaluated windows, sd(per-window values) / sqrt(n),
+which counts the choice of windows and the Monte-Carlo draws together (jobs.eval.windows; the
+per-window values are in the run's eval_windows.parquet); for fractions (lambada_acc, infill_em) it
+is the binomial standard error over items.
 """
 from __future__ import annotations
 
@@ -41,7 +45,7 @@ EXTRA_SCHEMA: dict[str, pl.DataType] = {
     "estimator": pl.String, "k_mc": pl.Int64, "n_targets": pl.Int64, "steps": pl.Int64,
     "tokens_per_step": pl.Int64, "evaluator": pl.String, "weights": pl.String,
     "chunking": pl.String, "eval_seed": pl.Int64, "role": pl.String, "device": pl.String,
-    "precision": pl.String,
+    "precision": pl.String, "coverage_tokens": pl.Int64, "split_tokens": pl.Int64,
 }
 SCHEMA = {**CONTRACT_SCHEMA, **EXTRA_SCHEMA}
 UNITS = ("nats/token", "bits/byte", "ppl", "s", "fraction")
