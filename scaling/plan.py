@@ -1,10 +1,11 @@
 """The dry-run planner: one row per run, totals, GPU-hours and the CPU feasibility estimate.
 
-FLOPs use the analytic count of `models.ladder` (the shape's GPT-2 core plus output head,
-forward + backward). Each row shows both parameter conventions: `params`, the shape's core (what
-fits compare at matched shape), and `params_family`, the family's own non-embedding count
-(conditioning, time MLP and an untied head included), counted on a model built on the `meta`
-device (no memory), once per distinct (family, options, size).
+FLOPs are each family's own training count (`FamilyModel.flops_per_token`: the core, the head
+and the family's adaLN modulation, time MLP and other projections, forward + backward), the
+number the run's records carry. Each row shows both parameter conventions: `params`, the shape's
+core (what fits compare at matched shape), and `params_family`, the family's own non-embedding
+count (conditioning, time MLP and an untied head included). Both are read from a model built on
+the `meta` device (no memory), once per distinct (family, options, size).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import torch
 from jobs.tokenizers import get_encoding
 from models import build_model
 from models.families.base import shapes_only
-from models.ladder import core_params, get_shape, train_flops_per_token
+from models.ladder import core_params, get_shape
 
 from .arms import network_name
 from .study import StudySpec
@@ -58,22 +59,34 @@ class PlanRow:
 
 
 @functools.lru_cache(maxsize=None)
-def family_params(family: str, size: str, options_json: str, vocab: int, seq_len: int) -> int:
-    """The family's own non-embedding parameters at this size, from a model on the meta device."""
+def family_accounting(family: str, size: str, options_json: str, vocab: int, seq_len: int) -> tuple[int, float]:
+    """(the family's own non-embedding parameters, its training FLOPs per token) at this size,
+    from a model on the meta device."""
     with torch.device("meta"), shapes_only():
         model = build_model(family, size, vocab_size=vocab, seq_len=seq_len, **json.loads(options_json))
-    return int(model.count_params()["family_non_embedding"])
+    return int(model.count_params()["family_non_embedding"]), float(model.flops_per_token())
+
+
+def vocab_of(tokenizer: str) -> int:
+    """The vocabulary size of a tokenizer (known ones without loading it)."""
+    return VOCAB_SIZES.get(tokenizer) or get_encoding(tokenizer).n_vocab
+
+
+def spec_flops_per_token(spec) -> float:
+    """A run spec's training FLOPs per token under its family's own count."""
+    options = json.dumps(spec.options, sort_keys=True)
+    return family_accounting(spec.family, spec.size, options, vocab_of(spec.tokenizer), spec.seq_len)[1]
 
 
 def plan_rows(study: StudySpec) -> list[PlanRow]:
-    """A row per cell with both parameter counts and analytic training FLOPs."""
+    """A row per cell with both parameter counts and the family's training FLOPs."""
     rows = []
     for cell in study.cells:
         spec = cell.spec
         shape = get_shape(spec.size)
-        vocab = VOCAB_SIZES.get(spec.tokenizer) or get_encoding(spec.tokenizer).n_vocab
-        flops = float(train_flops_per_token(shape, spec.seq_len, vocab)) * spec.tokens
-        own = family_params(spec.family, spec.size, json.dumps(spec.options, sort_keys=True), vocab, spec.seq_len)
+        own, per_token = family_accounting(spec.family, spec.size, json.dumps(spec.options, sort_keys=True),
+                                           vocab_of(spec.tokenizer), spec.seq_len)
+        flops = per_token * spec.tokens
         rows.append(PlanRow(spec.run_id, spec.family, spec.variant, spec.size, spec.seed, core_params(shape),
                             spec.tokens, flops, spec.steps, network_name(spec.options), spec.ema, own, spec.role))
     return rows
