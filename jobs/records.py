@@ -14,6 +14,9 @@ number can be traced to how it was measured:
   eval_seed      the seed all evaluation randomness derives from
   device         where the model ran: cpu, or cuda (<GPU name>) (jobs.device.placement)
   precision      fp32, or bf16 (autocast, where the run trained with it)
+  budget_flops   the training-FLOP budget whose isoFLOP profile planned the run (null otherwise)
+  plan_tokens    the tokens its plan asked for, before rounding to whole steps (null: a plain grid run)
+  sweep_<name>   the value of each swept run setting (lr, warmup, batch_size, beta2, ...; scaling.sweep)
 `se` is the Monte-Carlo standard error given the evaluated sequences (null for exact values);
 for fractions (lambada_acc, infill_em) it is the binomial standard error over items.
 """
@@ -29,6 +32,7 @@ from jobs.runfiles import atomic_write_bytes
 
 EVAL_FILE = "eval.parquet"
 FACTOR_PREFIX = "factor_"  # optional columns: a run's level of each factor of a factorial design
+SWEEP_PREFIX = "sweep_"  # optional columns: a run's value of each swept setting (numbers)
 
 CONTRACT_SCHEMA: dict[str, pl.DataType] = {
     "study": pl.String, "run_id": pl.String, "family": pl.String, "variant": pl.String,
@@ -41,7 +45,7 @@ EXTRA_SCHEMA: dict[str, pl.DataType] = {
     "estimator": pl.String, "k_mc": pl.Int64, "n_targets": pl.Int64, "steps": pl.Int64,
     "tokens_per_step": pl.Int64, "evaluator": pl.String, "weights": pl.String,
     "chunking": pl.String, "eval_seed": pl.Int64, "role": pl.String, "device": pl.String,
-    "precision": pl.String,
+    "precision": pl.String, "budget_flops": pl.Float64, "plan_tokens": pl.Int64,
 }
 SCHEMA = {**CONTRACT_SCHEMA, **EXTRA_SCHEMA}
 UNITS = ("nats/token", "bits/byte", "ppl", "s", "fraction")
@@ -60,13 +64,27 @@ def run_context(spec, counts: dict[str, int], flops_per_token: int, step: int, w
         "study": spec.study, "run_id": spec.run_id, "family": spec.family, "variant": spec.variant,
         "size": spec.size, "n_params": int(counts["core"]), "n_params_family": int(counts["family_non_embedding"]),
         "tokens": tokens, "flops": float(flops_per_token) * tokens, "seed": spec.seed, "step": int(step),
-        "weights": weights, "role": spec.role, **factor_columns(spec),
+        "weights": weights, "role": spec.role, **factor_columns(spec), **plan_columns(spec),
     }
 
 
 def factor_columns(spec) -> dict[str, str]:
     """Per-run factor levels of an ablation design (`factor_<name>` in the spec's tracking), as text."""
     return {key: str(value) for key, value in spec.tracking if key.startswith(FACTOR_PREFIX)}
+
+
+def plan_columns(spec) -> dict[str, Any]:
+    """Where the study's plan put the run: budget_flops, plan_tokens (null when it set none) and
+    its `sweep_<name>` values, from the spec's tracking (scaling.sweep)."""
+    tags = dict(spec.tracking)
+    return {"budget_flops": tags.get("budget_flops"), "plan_tokens": tags.get("plan_tokens"),
+            **{key: float(value) for key, value in tags.items() if key.startswith(SWEEP_PREFIX)}}
+
+
+def _extra_columns(names) -> dict[str, pl.DataType]:
+    """Schema of the optional factor (text) and sweep (number) columns among `names`."""
+    return {name: pl.String if name.startswith(FACTOR_PREFIX) else pl.Float64 for name in sorted(names)
+            if name.startswith((FACTOR_PREFIX, SWEEP_PREFIX))}
 
 
 def record(context: dict[str, Any], *, dataset: str, split: str, metric: str, value: float, unit: str,
@@ -83,9 +101,8 @@ def record(context: dict[str, Any], *, dataset: str, split: str, metric: str, va
 
 
 def to_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
-    """Rows as a DataFrame with the fixed schema (missing extras are null) plus any factor columns."""
-    factors = sorted({key for row in rows for key in row if key.startswith(FACTOR_PREFIX)})
-    schema = {**SCHEMA, **dict.fromkeys(factors, pl.String)}
+    """Rows as a DataFrame with the fixed schema (missing extras are null) plus any factor and sweep columns."""
+    schema = {**SCHEMA, **_extra_columns({key for row in rows for key in row})}
     full = [{name: row.get(name) for name in schema} for row in rows]
     return pl.DataFrame(full, schema=schema, orient="row")
 
@@ -96,7 +113,7 @@ def read_records(run_dir: str | Path) -> pl.DataFrame:
     if not path.exists():
         return to_frame([])
     frame = pl.read_parquet(path)
-    schema = {**SCHEMA, **{c: pl.String for c in frame.columns if c.startswith(FACTOR_PREFIX)}}
+    schema = {**SCHEMA, **_extra_columns(frame.columns)}
     missing = [pl.lit(None, dtype).alias(n) for n, dtype in schema.items() if n not in frame.columns]
     return frame.with_columns(missing).select(list(schema)).cast(schema)
 

@@ -23,6 +23,7 @@ from models.ladder import core_params, get_shape
 
 from .arms import network_name
 from .study import StudySpec
+from .sweep import SWEEP_PREFIX
 
 # Known without loading the tokenizer: 256 bytes + EOT; GPT-2's 50,257 (Radford et al. 2019).
 # Any other tokenizer's vocabulary is read from the tokenizer itself.
@@ -56,6 +57,15 @@ class PlanRow:
     ema: float = 0.0
     params_family: int = 0
     role: str = "compared"
+    axes: str = ""  # the run's compute budget and swept values (scaling.sweep), e.g. "C=1e+12 lr=0.003"
+
+
+def axes_label(spec) -> str:
+    """`C=<budget>` and `<name>=<value>` for each swept setting of a run ('' for a plain grid run)."""
+    tags = dict(spec.tracking)
+    parts = [f"C={tags['budget_flops']:.0e}"] if tags.get("budget_flops") else []
+    return " ".join(parts + [f"{k[len(SWEEP_PREFIX):]}={v:g}" for k, v in sorted(tags.items())
+                             if k.startswith(SWEEP_PREFIX)])
 
 
 @functools.lru_cache(maxsize=None)
@@ -88,7 +98,8 @@ def plan_rows(study: StudySpec) -> list[PlanRow]:
                                            vocab_of(spec.tokenizer), spec.seq_len)
         flops = per_token * spec.tokens
         rows.append(PlanRow(spec.run_id, spec.family, spec.variant, spec.size, spec.seed, core_params(shape),
-                            spec.tokens, flops, spec.steps, network_name(spec.options), spec.ema, own, spec.role))
+                            spec.tokens, flops, spec.steps, network_name(spec.options), spec.ema, own, spec.role,
+                            axes_label(spec)))
     return rows
 
 
@@ -121,10 +132,11 @@ COLUMNS = ("run_id", "family", "variant", "network", "ema", "size", "seed", "par
 
 def format_plan(study: StudySpec, rows: list[PlanRow], cores: int, has_gpu: bool) -> str:
     """The dry-run text: header, table, totals, GPU-hours and (without GPUs) the CPU estimate."""
-    table = [COLUMNS] + [(r.run_id, r.family, r.variant if r.role == "compared" else f"({r.role})", r.network,
+    columns = COLUMNS + (("axes",) if any(r.axes for r in rows) else ())
+    table = [columns] + [(r.run_id, r.family, r.variant if r.role == "compared" else f"({r.role})", r.network,
                           f"{r.ema:g}", r.size, str(r.seed), human(r.params), human(r.params_family),
-                          human(r.tokens), f"{r.flops:.2e}", str(r.steps)) for r in rows]
-    widths = [max(len(line[i]) for line in table) for i in range(len(COLUMNS))]
+                          human(r.tokens), f"{r.flops:.2e}", str(r.steps), r.axes)[:len(columns)] for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
     lines = [f"study {study.name} (hash {study.study_hash}): {len(rows)} runs"]
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in table]
     total_flops = sum(r.flops for r in rows)
