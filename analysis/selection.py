@@ -3,8 +3,9 @@
 A study that sweeps run settings (scaling.sweep: `sweep_<name>` record columns) trains several
 candidates per cell. A cell is (family, variant, dataset, metric, size, budget): the budget is
 the run's `budget_flops` when its plan set one, else the tokens its plan asked for
-(`plan_tokens`), else its tokens. Per cell the candidate (one combination of swept values) with
-the lowest seed-mean value on `SELECTION_SPLIT` is chosen; its runs' values on every *other*
+(`plan_tokens`), else its tokens. Per cell and metric the candidate (one combination of swept
+values) with the lowest seed-mean value on `SELECTION_SPLIT` of the study's corpus is chosen
+(metrics measured per M follow the choice made on FALLBACK_METRIC); its runs' values on every *other*
 split are what gets reported and fitted, so selection cannot flatter them. A chosen value at
 either end of its swept range is a warning naming the cell ("widen the sweep").
 """
@@ -17,6 +18,8 @@ import polars as pl
 SELECTION_SPLIT = "validation"
 SWEEP_PREFIX = "sweep_"
 CELL = ("family", "variant", "dataset", "metric", "size", "cell_budget")
+# Metrics with no selection of their own (the ensemble's per-M rows) follow the runs chosen on this one.
+FALLBACK_METRIC = "nll_l2r"
 
 
 @dataclass(frozen=True)
@@ -61,21 +64,30 @@ def _edges(chosen: pl.DataFrame, candidates: pl.DataFrame, sweeps: list[str]) ->
     return out
 
 
+def _reported_rows(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """Per dataset, its rows on splits other than SELECTION_SPLIT, or its SELECTION_SPLIT rows
+    when it has no other split (noted: those numbers are the ones a sweep's selection minimised)."""
+    parts, bare = [], []
+    for (dataset,), part in frame.group_by(["dataset"], maintain_order=True):
+        other = part.filter(pl.col("split") != SELECTION_SPLIT)
+        parts.append(other if not other.is_empty() else part)
+        bare += [] if not other.is_empty() else [str(dataset)]
+    return (pl.concat(parts, how="diagonal_relaxed") if parts else frame), bare
+
+
 def select(final: pl.DataFrame) -> Selection:
-    """Choose per cell on SELECTION_SPLIT; report the chosen runs on the other splits (or on the
-    selection split itself, with a note, when the records have no other split)."""
+    """Choose per cell on SELECTION_SPLIT of the study's corpus (the dataset with the most
+    SELECTION_SPLIT records); report the chosen runs on every dataset's other splits."""
     frame = with_cell_budget(final)
     sweeps = sweep_columns(frame)
+    reported, bare = _reported_rows(frame)
     val = frame.filter(pl.col("split") == SELECTION_SPLIT)
-    others = frame.filter(pl.col("split") != SELECTION_SPLIT)
-    notes = []
-    if others.is_empty():
-        others = val
-        if sweeps:
-            notes.append(f"no split beside {SELECTION_SPLIT}: the reported values are the ones selection "
-                         "minimised (optimistic); evaluate a test split")
     if not sweeps or val.is_empty():
-        return Selection(pl.DataFrame(), others, (), tuple(notes))
+        return Selection(pl.DataFrame(), reported.drop("cell_budget"), (), ())
+    notes = [f"{', '.join(bare)}: no split beside {SELECTION_SPLIT}, so its reported values are the ones "
+             "selection minimised (optimistic); evaluate a test split"] if bare else []
+    corpus = val.group_by("dataset").len().sort(["len", "dataset"], descending=[True, False])["dataset"][0]
+    val = val.filter((pl.col("dataset") == corpus) & pl.col("m").is_null())
     candidates = (val.group_by([*CELL, *sweeps]).agg(pl.col("value").mean().alias("val_mean"),
                                                      pl.col("seed").n_unique().alias("n_seeds"),
                                                      pl.col("run_id").unique().alias("run_ids"),
@@ -84,7 +96,12 @@ def select(final: pl.DataFrame) -> Selection:
                   .sort([*CELL, "val_mean", *sweeps], nulls_last=True))
     counts = candidates.group_by(CELL).agg(pl.len().alias("n_candidates"))
     chosen = candidates.group_by(CELL, maintain_order=True).first().join(counts, on=list(CELL), nulls_equal=True)
-    keep = chosen.select("dataset", "metric", pl.col("run_ids").alias("run_id")).explode("run_id")
-    reported = others.join(keep, on=["run_id", "dataset", "metric"], how="semi")
-    return Selection(chosen.drop("run_ids").sort(list(CELL)), reported, tuple(_edges(chosen, candidates, sweeps)),
-                     tuple(notes))
+    keep = chosen.select("metric", pl.col("run_ids").alias("run_id")).explode("run_id")
+    fallback = keep.filter(pl.col("metric") == FALLBACK_METRIC).select("run_id")
+    selected = reported.filter(pl.col("metric").is_in(keep["metric"].unique().to_list()))
+    reported = pl.concat([selected.join(keep, on=["run_id", "metric"], how="semi"),
+                          reported.join(selected.select("metric").unique(), on="metric", how="anti")
+                          .join(fallback, on="run_id", how="semi")], how="diagonal_relaxed")
+    return Selection(chosen.drop("run_ids").sort(["family", "variant", "dataset", "metric", "cell_budget", "size"]),
+                     reported.drop("cell_budget"),
+                     tuple(_edges(chosen, candidates, sweeps)), tuple(notes))

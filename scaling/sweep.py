@@ -26,7 +26,8 @@ import itertools
 import json
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from models.ladder import core_params, shape_for_params
 
