@@ -113,7 +113,7 @@ def isoflop_png(entry: frontier.Entry) -> bytes:
         if math.isfinite(p.n_opt):
             ax.plot([p.n_opt], [p.l_opt], "*", ms=10, color=color, mec="k")
     ax.set(xscale="log", xlabel="core non-embedding parameters N", ylabel=f"{entry.key[4]} (nats per token)")
-    ax.legend(fontsize=7)
+    _legend(ax)
     return _png(fig)
 
 
@@ -131,7 +131,7 @@ def l_opt_png(entries: list[frontier.Entry]) -> bytes:
         if None not in lo + hi:
             ax.fill_between(cs, lo, hi, color=line.get_color(), alpha=0.2, lw=0)
     ax.set(xscale="log", xlabel="training FLOPs C", ylabel="L_opt (nats per token)")
-    ax.legend(fontsize=7)
+    _legend(ax)
     return _png(fig)
 
 
@@ -148,5 +148,10 @@ def k_png(entries: list[frontier.Entry]) -> bytes:
                     color=f"C{entries.index(e)}", label=f"{e.key[0]}/{e.key[1]}")
     ax.axhline(1.0, color="grey", lw=0.8, ls=":")
     ax.set(yscale="log", xlabel="matched loss (nats per token)", ylabel="k = C_family / C_AR")
-    ax.legend(fontsize=7)
+    _legend(ax)
     return _png(fig)
+
+
+def _legend(ax) -> None:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)

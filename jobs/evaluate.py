@@ -113,6 +113,19 @@ def _validation(spec, enc, seq_len: int, n: int) -> Dataset:
     return Dataset(spec.corpus, "validation", chunks, n_bytes, chunking)
 
 
+def _validation_and_test(spec, enc, seq_len: int, n: int) -> list[Dataset]:
+    """Validation and a disjoint test split of the corpus's validation windows (jobs.heldout)."""
+    from jobs import data, heldout
+    from jobs.datasets import token_byte_lengths
+
+    tokens = data.token_array(spec.corpus, spec.tokenizer, "validation", spec.text_field)
+    lengths = token_byte_lengths(enc)
+    return [Dataset(spec.corpus, split, chunks, int(lengths[chunks.numpy()].sum()),
+                    f"{len(chunks)} {seq_len}-token windows spread over the {split} half of the validation split's "
+                    f"windows (blake2b-64 of each window's text < {heldout.TEST_SHARE} x 2^64: test)")
+            for split, chunks in heldout.split_windows(tokens, seq_len, n, enc.decode).items()]
+
+
 def _data_dir(settings: Settings) -> str | None:
     return settings.data_dir or os.environ.get("AOSCALE_DATA") or None
 
@@ -127,7 +140,8 @@ def load_datasets(spec, settings: Settings, seq_len: int,
     from jobs.datasets import load_eval_set
 
     enc = get_encoding(spec.tokenizer)
-    out = [_validation(spec, enc, seq_len, settings.suite.val_chunks)]
+    n = settings.suite.val_chunks
+    out = _validation_and_test(spec, enc, seq_len, n) if settings.suite.test_split else [_validation(spec, enc, seq_len, n)]
     for name in settings.suite.zero_shot:
         try:
             s = load_eval_set(name, enc, seq_len, data_dir=_data_dir(settings),

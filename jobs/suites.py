@@ -23,6 +23,7 @@ class Suite:
     infill_span: int = 0  # middle-span length in tokens; 0 = no infilling benchmark
     generate: bool = False
     gen_samples: int = 16  # samples drawn per step count when `generate`
+    test_split: bool = False  # also score a test split held out of validation's windows (jobs.heldout)
 
     @property
     def capabilities(self) -> tuple[str, ...]:
@@ -39,6 +40,11 @@ SUITES: dict[str, Suite] = {
     # and 32 x 32 ensemble targets resolve gains of ~0.01 nats (docs/results/quickstart-tuning.md)
     "cpu": Suite(val_chunks=1024, k_mc=4, m_max=4, n_targets=32, ensemble_chunks=32,
                  zero_shot=("wikitext2",), zero_shot_chunks=4),
+    # isoFLOP studies with swept settings (the frontier preset): selection reads validation, the
+    # report reads test; 512 windows of each, fewer MC draws and a short ensemble sweep, since a
+    # frontier study evaluates ~150 small runs
+    "frontier": Suite(val_chunks=512, k_mc=2, m_max=2, n_targets=16, ensemble_chunks=16,
+                      zero_shot=("wikitext2",), zero_shot_chunks=4, test_split=True),
     "paper": Suite(val_chunks=256, k_mc=16, m_max=8, n_targets=32, ensemble_chunks=32,
                    zero_shot=("wikitext2", "ptb", "lm1b", "lambada"), zero_shot_chunks=None,
                    lambada=True, infill_span=16, generate=True),

@@ -36,6 +36,7 @@ GPU_NAME = "H100 SXM bf16"
 # run far below the ~175 GFLOP/s matmul peak). At 20 GFLOP/s the estimate is short for the tiniest
 # rungs (11 GFLOP/s measured) and leaves out start-up and evaluation (~30 s per run).
 CPU_FLOPS_PER_CORE = 20e9
+RUN_OVERHEAD_S = 30.0  # start-up and cpu-suite evaluation per run, measured on the quickstart (tune_quickstart)
 CPU_REFUSE_HOURS = 12.0  # a local CPU plan longer than this is refused without --force
 S_PER_HOUR = 3600.0
 
@@ -147,6 +148,9 @@ def format_plan(study: StudySpec, rows: list[PlanRow], cores: int, has_gpu: bool
     if not has_gpu:
         lines.append(f"estimate here: {cpu_hours(total_flops, cores):.3g} hours on {cores} CPU cores "
                      f"at {CPU_FLOPS_PER_CORE / 1e9:.0f} GFLOP/s per core")
+        wall = cpu_hours(total_flops, cores) + len(rows) * RUN_OVERHEAD_S / max(1, cores) / S_PER_HOUR
+        lines.append(f"wall estimate here: {wall:.3g} hours with {RUN_OVERHEAD_S:.0f} s of start-up and "
+                     "evaluation per run")
     return "\n".join(lines)
 
 

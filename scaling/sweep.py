@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from collections.abc import Callable
 from typing import Any
 
-from models.ladder import core_params, shape_for_params
+from models.ladder import core_params, shape_for_params, train_flops_per_token
 
 from .recipes import CHINCHILLA_TOKENS_PER_PARAM, Budget
 
@@ -46,6 +46,7 @@ AXIS_KEYS = ("sweep", "budgets", "grid_points", "grid_step", "optimum_seeds", "o
 DEFAULT_GRID_POINTS = 5
 DEFAULT_GRID_STEP = 2.0
 MIN_GRID_POINTS = 5  # an isoFLOP parabola needs curvature on both sides of its minimum
+OPTIMUM_BISECTIONS = 14  # ln(1e10) / 2^14: the predicted optimum to 0.15 %, finer than shapes snap
 
 
 @dataclass(frozen=True)
@@ -154,18 +155,26 @@ class Point:
 FlopsPerToken = Callable[[str, dict, str], float]  # (family, options, size) -> training FLOPs per token
 
 
-def predicted_optimum(budget_flops: float, family: str, options: dict, fpt: FlopsPerToken) -> float:
-    """Core parameters N at which N x CHINCHILLA_TOKENS_PER_PARAM tokens spend `budget_flops`
-    under the family's own FLOPs per token (bisection in log N over the continuous shapes)."""
-    def spend(n: float) -> float:
-        shape = shape_for_params(n)
-        return fpt(family, options, shape.label) * CHINCHILLA_TOKENS_PER_PARAM * core_params(shape)
-
+def _bisect_optimum(budget_flops: float, per_token: Callable[[Any], float]) -> float:
+    """N at which N x CHINCHILLA_TOKENS_PER_PARAM tokens at `per_token(shape)` spend the budget."""
     lo, hi = math.log(1e3), math.log(1e13)
-    for _ in range(40):
+    for _ in range(OPTIMUM_BISECTIONS):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if spend(math.exp(mid)) < budget_flops else (lo, mid)
+        shape = shape_for_params(math.exp(mid))
+        spent = per_token(shape) * CHINCHILLA_TOKENS_PER_PARAM * core_params(shape)
+        lo, hi = (mid, hi) if spent < budget_flops else (lo, mid)
     return math.exp((lo + hi) / 2)
+
+
+def predicted_optimum(budget_flops: float, family: str, options: dict, fpt: FlopsPerToken,
+                      analytic: Callable[[Any], float]) -> float:
+    """Core parameters N at which N x CHINCHILLA_TOKENS_PER_PARAM tokens spend `budget_flops`
+    under the family's own FLOPs per token. Bisection in ln N over the continuous shapes on the
+    analytic core count (`analytic(shape)`), scaled by the family's measured ratio to it at the
+    first estimate (one model built instead of one per step; the ratio varies slowly with size)."""
+    first = shape_for_params(_bisect_optimum(budget_flops, analytic))
+    ratio = fpt(family, options, first.label) / analytic(first)
+    return _bisect_optimum(budget_flops, lambda shape: ratio * analytic(shape))
 
 
 def grid_sizes(n_opt: float, points: int, step: float) -> list[str]:
@@ -181,7 +190,8 @@ def grid_sizes(n_opt: float, points: int, step: float) -> list[str]:
     return sorted(sizes, key=core_params_of)
 
 
-def budget_points(settings: dict, arms: list, seeds: int, budget: Budget, fpt: FlopsPerToken) -> list[Point]:
+def budget_points(settings: dict, arms: list, seeds: int, budget: Budget, fpt: FlopsPerToken,
+                  analytic: Callable[[Any], float]) -> list[Point]:
     """isoFLOP profiles: per budget and arm, a log grid of sizes around the predicted optimum."""
     points_n = _positive(settings, "grid_points", DEFAULT_GRID_POINTS, int)
     if points_n < MIN_GRID_POINTS:
@@ -194,7 +204,7 @@ def budget_points(settings: dict, arms: list, seeds: int, budget: Budget, fpt: F
     out = []
     for flops in parse_numbers("budgets", settings["budgets"]):
         for arm, options in arms:
-            sizes = grid_sizes(predicted_optimum(flops, arm.family, options, fpt), points_n, step)
+            sizes = grid_sizes(predicted_optimum(flops, arm.family, options, fpt, analytic), points_n, step)
             centre = (len(sizes) - 1) / 2
             for i, size in enumerate(sizes):
                 tokens = max(1, int(flops / fpt(arm.family, options, size)))
@@ -230,19 +240,21 @@ def grid_points(settings: dict, arms: list, seeds: int, budget: Budget) -> list[
             for arm, options in arms]
 
 
-def family_fpt(settings: dict) -> FlopsPerToken:
-    """Training FLOPs per token of (family, options, size) at the study's tokenizer and context."""
+def family_fpt(settings: dict) -> tuple[FlopsPerToken, Callable[[Any], float]]:
+    """Training FLOPs per token of (family, options, size) at the study's tokenizer and context,
+    and the analytic core count of a shape (models.ladder) at the same."""
     from .plan import family_accounting, vocab_of  # noqa: PLC0415 - plan builds models (torch)
 
     vocab, seq_len = vocab_of(settings["tokenizer"]), settings["seq_len"]
-    return lambda family, options, size: family_accounting(family, size, json.dumps(options, sort_keys=True),
-                                                           vocab, seq_len)[1]
+    return (lambda family, options, size: family_accounting(family, size, json.dumps(options, sort_keys=True),
+                                                            vocab, seq_len)[1],
+            lambda shape: float(train_flops_per_token(shape, seq_len, vocab)))
 
 
 def plan(settings: dict, arms: list, seeds: int, budget: Budget, ratios: list[float] | None) -> list[Point]:
     """The study's points: isoFLOP profiles, the data axis, or the plain grid."""
     if settings.get("budgets") is not None:
-        return budget_points(settings, arms, seeds, budget, family_fpt(settings))
+        return budget_points(settings, arms, seeds, budget, *family_fpt(settings))
     if ratios is not None and len(ratios) > 1:
         return data_points(settings["sizes"], ratios, arms, seeds, budget)
     return grid_points(settings, arms, seeds, budget)
