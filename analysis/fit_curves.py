@@ -19,6 +19,7 @@ import polars as pl
 from cli import Parser, int_arg, parse, run_main
 
 from analysis import DEFAULT_BOOTSTRAP, ablations, fairness, figures, frontier_figures, io, sections, summary
+from analysis.data_ledger import repetition_notes
 from analysis.selection import select
 from analysis.cells import CELL_KEYS, build_cells, latest
 from analysis.ensemble import ensemble_studies
@@ -147,7 +148,7 @@ def _analyse_one(inputs: Inputs, bootstrap: int, x: str, seed: int) -> Analysis:
     final, latest_notes = latest(records)
     chosen = select(final)  # swept settings chosen on validation; every split but validation reported
     final = chosen.reported
-    notes += weight_notes + latest_notes
+    notes += weight_notes + latest_notes + repetition_notes(final)
     plateau = fairness.plateau_table(final)
     flags = fairness.flagged(plateau)
     cells, fits = _fitted(final, x, bootstrap, seed, flags)

@@ -16,6 +16,8 @@ number can be traced to how it was measured:
   precision      fp32, or bf16 (autocast, where the run trained with it)
   budget_flops   the training-FLOP budget whose isoFLOP profile planned the run (null otherwise)
   plan_tokens    the tokens its plan asked for, before rounding to whole steps (null: a plain grid run)
+  epochs         passes over the training split by this step; unique_tokens: the distinct training
+                 tokens those covered (expected, jobs.data_ledger)
   sweep_<name>   the value of each swept run setting (lr, warmup, batch_size, beta2, ...; scaling.sweep)
 `se` is the Monte-Carlo standard error given the evaluated sequences (null for exact values);
 for fractions (lambada_acc, infill_em) it is the binomial standard error over items.
@@ -28,6 +30,7 @@ from typing import Any
 
 import polars as pl
 
+from jobs.data_ledger import ledger_columns
 from jobs.runfiles import atomic_write_bytes
 
 EVAL_FILE = "eval.parquet"
@@ -46,6 +49,7 @@ EXTRA_SCHEMA: dict[str, pl.DataType] = {
     "tokens_per_step": pl.Int64, "evaluator": pl.String, "weights": pl.String,
     "chunking": pl.String, "eval_seed": pl.Int64, "role": pl.String, "device": pl.String,
     "precision": pl.String, "budget_flops": pl.Float64, "plan_tokens": pl.Int64,
+    "epochs": pl.Float64, "unique_tokens": pl.Int64,
 }
 SCHEMA = {**CONTRACT_SCHEMA, **EXTRA_SCHEMA}
 UNITS = ("nats/token", "bits/byte", "ppl", "s", "fraction")
@@ -65,6 +69,7 @@ def run_context(spec, counts: dict[str, int], flops_per_token: int, step: int, w
         "size": spec.size, "n_params": int(counts["core"]), "n_params_family": int(counts["family_non_embedding"]),
         "tokens": tokens, "flops": float(flops_per_token) * tokens, "seed": spec.seed, "step": int(step),
         "weights": weights, "role": spec.role, **factor_columns(spec), **plan_columns(spec),
+        **ledger_columns(spec, tokens),
     }
 
 

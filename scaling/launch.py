@@ -40,6 +40,14 @@ def preset_help() -> str:
     return "presets (--preset NAME):\n" + "\n".join(lines)
 
 
+def numbers_arg(text: str) -> list[float]:
+    """argparse type: a comma-separated list of finite numbers (`float_arg` for each)."""
+    items = [v for v in text.split(",") if v.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of numbers")
+    return [float_arg(v.strip()) for v in items]
+
+
 def parser() -> argparse.ArgumentParser:
     """The launch CLI's flags; unset flags are None so presets and TOML files show through."""
     p = Parser(prog="python -m scaling.launch", description=__doc__.splitlines()[0], error_prefix="launch",
@@ -59,8 +67,8 @@ def parser() -> argparse.ArgumentParser:
     add("--eval-suite", help="quick, paper, or SUITE:SET,SET (named zero-shot sets are required)")
     add("--seq-len", type=int_arg)
     add("--tokens", type=int_arg, help="training tokens per run (default tokens-per-param x params)")
-    add("--tokens-per-param", help="default 20 (Chinchilla); a list (4,8,16,32) runs each value at every size")
-    add("--budgets", help="training-FLOP budgets (1e12,3e12,1e13): isoFLOP profiles of >= 5 sizes each")
+    add("--tokens-per-param", type=numbers_arg, help="default 20 (Chinchilla); a list (4,8,16,32) runs each value at every size")
+    add("--budgets", type=numbers_arg, help="training-FLOP budgets (1e12,3e12,1e13): isoFLOP profiles of >= 5 sizes each")
     add("--sweep", action="append", metavar="[FAMILY:]NAME=V,V,...",
         help="sweep a run setting (lr, warmup, batch_size, beta1, beta2, weight_decay, min_lr_ratio); repeatable")
     add("--max-tokens", type=int_arg, help="cap on tokens per run")

@@ -93,7 +93,7 @@ def test_tokens_per_param_list_is_the_data_axis():
     (["--sweep", "lr=0.1,abc"], "sweep"),
     (["--sweep", "xyz:lr=0.1"], "sweep"),
     (["--budgets", "1e12,-3"], "budgets"),
-    (["--tokens-per-param", "4,x"], "tokens_per_param"),
+    (["--tokens-per-param", "4,x"], "argument --tokens-per-param"),
 ])
 def test_bad_axes_exit_2_in_one_line(argv, field, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
