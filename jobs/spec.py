@@ -18,6 +18,7 @@ from typing import Any
 ENGINES = ("torch", "deepspeed")
 ZERO_STAGES = (1, 2, 3)
 PRECISIONS = ("auto", "fp32", "bf16")
+SCHEDULES = ("cosine", "wsd")  # wsd: warm-up, stable at the peak, linear decay (Hu et al. 2024, MiniCPM)
 COMPILE_SETTINGS = ("auto", "on", "off")  # torch.compile of the core: auto = on GPU only
 
 
@@ -37,6 +38,8 @@ class RunSpec:
     batch_size: int = 16  # sequences per optimizer step, all ranks and micro-steps together
     micro_batch_size: int = 0  # 0 = batch_size (no accumulation)
     min_lr_ratio: float = 0.1  # cosine floor as a fraction of peak (GPT-3 decays to 10 %)
+    schedule: str = "cosine"  # after warm-up: cosine to the floor, or wsd (SCHEDULES; jobs.train.lr_at)
+    decay_fraction: float = 0.2  # wsd: the final share of steps that decays linearly to the floor
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.95
@@ -131,7 +134,7 @@ UNHASHED_FIELDS = (
 ROLES = ("compared", "judge")
 # Hashed fields added after run ids were first handed out: at these defaults they stay out of the
 # hash, so every run id from before they existed is unchanged.
-LATE_DEFAULTS: dict[str, Any] = {"text_field": "text"}
+LATE_DEFAULTS: dict[str, Any] = {"text_field": "text", "schedule": "cosine", "decay_fraction": 0.2}
 # Model options added after run ids were first handed out, at their defaults (models' option
 # schemas): left out of the hash the same way. pos: the position encoding (learned | rope).
 LATE_OPTION_DEFAULTS: dict[str, Any] = {"pos": "learned"}

@@ -53,10 +53,16 @@ def request_stop() -> None:
 
 
 def lr_at(step: int, spec: RunSpec) -> float:
-    """Linear warm-up over `warmup_steps`, then cosine from the peak to `min_lr_ratio` x peak."""
+    """Linear warm-up over `warmup_steps`, then cosine from the peak to `min_lr_ratio` x peak; or,
+    with `schedule = "wsd"`, the peak until the last `decay_fraction` of the steps and a linear
+    decay to the floor over them (warmup-stable-decay; every family alike)."""
     if step < spec.warmup_steps:
         return spec.lr * (step + 1) / spec.warmup_steps
     floor = spec.lr * spec.min_lr_ratio
+    if spec.schedule == "wsd":
+        decay = max(1, round(spec.decay_fraction * spec.steps))
+        start = max(spec.warmup_steps, spec.steps - decay)
+        return spec.lr - (spec.lr - floor) * min(1.0, max(0, step + 1 - start) / max(1, spec.steps - start))
     progress = (step - spec.warmup_steps) / max(1, spec.steps - spec.warmup_steps)
     return floor + 0.5 * (spec.lr - floor) * (1.0 + math.cos(math.pi * min(1.0, progress)))
 

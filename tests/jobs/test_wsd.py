@@ -1,0 +1,33 @@
+"""The warmup-stable-decay schedule: its shape, ids unchanged under cosine, exact resume."""
+from __future__ import annotations
+
+import pytest
+
+from jobs.train import lr_at, train
+from tests.jobs.test_train import tiny, train_losses
+
+pytestmark = pytest.mark.usefixtures("one_thread_cache")
+
+
+def test_wsd_holds_the_peak_then_decays_linearly_to_the_floor():
+    spec = tiny(steps=100, warmup_steps=10, lr=1.0, schedule="wsd", decay_fraction=0.2)
+    assert [lr_at(s, spec) for s in (0, 9)] == pytest.approx([0.1, 1.0])
+    assert all(lr_at(s, spec) == 1.0 for s in range(10, 80))
+    assert lr_at(80, spec) == pytest.approx(1.0 - 0.9 / 20) and lr_at(99, spec) == pytest.approx(0.1)
+    lrs = [lr_at(s, spec) for s in range(80, 100)]
+    assert all(b < a for a, b in zip(lrs, lrs[1:]))
+
+
+def test_cosine_keeps_the_run_id_and_wsd_gets_its_own():
+    plain = tiny()
+    assert tiny(schedule="cosine", decay_fraction=0.2).run_id == plain.run_id
+    assert len({plain.run_id, tiny(schedule="wsd").run_id, tiny(schedule="wsd", decay_fraction=0.1).run_id}) == 3
+
+
+@pytest.mark.slow
+def test_a_killed_wsd_run_resumes_bit_identically(tmp_path):
+    spec = tiny(schedule="wsd", decay_fraction=0.5)
+    assert train(tmp_path / "whole", spec) == "done"
+    assert train(tmp_path / "cut", spec, max_steps_this_call=7) == "preempted"
+    assert train(tmp_path / "cut", spec) == "done"
+    assert train_losses(tmp_path / "cut") == train_losses(tmp_path / "whole")
