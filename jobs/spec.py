@@ -40,6 +40,8 @@ class RunSpec:
     min_lr_ratio: float = 0.1  # cosine floor as a fraction of peak (GPT-3 decays to 10 %)
     schedule: str = "cosine"  # after warm-up: cosine to the floor, or wsd (SCHEDULES; jobs.train.lr_at)
     decay_fraction: float = 0.2  # wsd: the final share of steps that decays linearly to the floor
+    branch_from: str = ""  # a WSD cooldown branch: its trunk's run id (the branch starts from its state)
+    branch_step: int = 0  # ... at this step of the trunk, then decays linearly to the floor until `steps`
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.95
@@ -64,6 +66,7 @@ class RunSpec:
     tracking: tuple[tuple[str, Any], ...] = ()
     role: str = "compared"  # compared | judge (scores others' samples; in no fit or gap)
     judge: str = ""  # the run that scores this run's samples: a sibling run id or a run directory
+    snapshot_steps: str = ""  # a WSD trunk: steps ("100,200") whose state its branches start from
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model_options", _freeze(self.model_options))
@@ -129,12 +132,13 @@ class RunSpec:
 
 UNHASHED_FIELDS = (
     "engine", "zero_stage", "compile", "deepspeed_config", "eval_every", "checkpoint_every", "keep_checkpoints",
-    "log_every", "eval_suite", "study", "variant", "tracking", "role", "judge",
+    "log_every", "eval_suite", "study", "variant", "tracking", "role", "judge", "snapshot_steps",
 )
 ROLES = ("compared", "judge")
 # Hashed fields added after run ids were first handed out: at these defaults they stay out of the
 # hash, so every run id from before they existed is unchanged.
-LATE_DEFAULTS: dict[str, Any] = {"text_field": "text", "schedule": "cosine", "decay_fraction": 0.2}
+LATE_DEFAULTS: dict[str, Any] = {"text_field": "text", "schedule": "cosine", "decay_fraction": 0.2,
+                                 "branch_from": "", "branch_step": 0}
 # Model options added after run ids were first handed out, at their defaults (models' option
 # schemas): left out of the hash the same way. pos: the position encoding (learned | rope).
 LATE_OPTION_DEFAULTS: dict[str, Any] = {"pos": "learned"}

@@ -39,6 +39,7 @@ from jobs.rng import rng_state, seed_everything, set_rng_state
 from jobs.runlock import holding
 from jobs.spec import RunSpec
 from jobs.train_cli import build_parser, spec_from_args
+from jobs import wsd_branch
 from jobs.tracking import Progress, Tracker, measure_peak_flops, write_manifest
 from models.ema import EMA
 
@@ -61,7 +62,7 @@ def lr_at(step: int, spec: RunSpec) -> float:
     floor = spec.lr * spec.min_lr_ratio
     if spec.schedule == "wsd":
         decay = max(1, round(spec.decay_fraction * spec.steps))
-        start = max(spec.warmup_steps, spec.steps - decay)
+        start = spec.branch_step if spec.branch_from else max(spec.warmup_steps, spec.steps - decay)
         return spec.lr - (spec.lr - floor) * min(1.0, max(0, step + 1 - start) / max(1, spec.steps - start))
     progress = (step - spec.warmup_steps) / max(1, spec.steps - spec.warmup_steps)
     return floor + 0.5 * (spec.lr - floor) * (1.0 + math.cos(math.pi * min(1.0, progress)))
@@ -304,8 +305,11 @@ def loop(run: Run, stop_after: int | None, callbacks: Sequence[Callable[[Run], N
         for callback in callbacks:
             callback(run)
         stopping = engine.any(_STOP.is_set()) or (stop_after is not None and run.step - first >= stop_after)
-        if stopping or _due(run.step, spec.checkpoint_every, spec.steps):
+        snapshot = run.step in wsd_branch.snapshot_steps(spec)
+        if stopping or snapshot or _due(run.step, spec.checkpoint_every, spec.steps):
             save(run)
+        if snapshot and run.rank0:
+            wsd_branch.keep_snapshot(run.run_dir, run.step)
         if not stopping and _due(run.step, spec.eval_every, spec.steps):
             validate_and_log(run)
         if run.rank0:
@@ -411,6 +415,9 @@ def train(run_dir: str | Path, spec: RunSpec, *, max_steps_this_call: int | None
 
 
 def _train(run: Run, stop_after: int | None, callbacks: Sequence[Callable[[Run], None]]) -> str:
+    if run.spec.branch_from and run.rank0:
+        wsd_branch.adopt_trunk(run.run_dir, run.spec)  # a cooldown branch starts from its trunk's state
+    run.engine.barrier()
     resume(run)
     if run.rank0:
         truncate_metrics(run.run_dir, run.step)

@@ -97,11 +97,16 @@ def plan_rows(study: StudySpec) -> list[PlanRow]:
         shape = get_shape(spec.size)
         own, per_token = family_accounting(spec.family, spec.size, json.dumps(spec.options, sort_keys=True),
                                            vocab_of(spec.tokenizer), spec.seq_len)
-        flops = per_token * spec.tokens
+        flops = per_token * charged_tokens(spec)
         rows.append(PlanRow(spec.run_id, spec.family, spec.variant, spec.size, spec.seed, core_params(shape),
                             spec.tokens, flops, spec.steps, network_name(spec.options), spec.ema, own, spec.role,
                             axes_label(spec)))
     return rows
+
+
+def charged_tokens(spec) -> int:
+    """Tokens a run adds to the study's cost: a WSD branch only its decay (its trunk paid the rest)."""
+    return spec.tokens - (spec.branch_step * spec.batch_size * spec.seq_len if spec.branch_from else 0)
 
 
 def gpu_hours(flops: float, mfu: float = DEFAULT_MFU, peak_flops: float = H100_BF16_DENSE_FLOPS) -> float:

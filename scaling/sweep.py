@@ -15,6 +15,10 @@
   The predicted optimum is the size at which a run of `CHINCHILLA_TOKENS_PER_PARAM` tokens per
   core parameter spends the budget. `optimum_seeds`: seeds of the central `optimum_span` grid
   points (default: the study's seeds everywhere).
+- `branches` (fractions of each run's steps, e.g. [0.25, 0.5]; needs `[run] schedule = "wsd"`):
+  WSD cooldown branches (jobs.wsd_branch). Each run is a trunk; at each fraction a branch takes
+  its state and decays over `branch_decay` (default 0.2) of the tokens seen so far, evaluated as
+  its own point; it costs its decay tokens only.
 - `tokens_per_param` given as a list (`--tokens-per-param 4,8,16,32`): the data axis at fixed
   sizes, one run per value.
 Runs planned by budget carry `budget_flops`, every planned run `plan_tokens` (the tokens the plan
@@ -42,7 +46,9 @@ SWEEPABLE: dict[str, tuple[str, str]] = {
     "min_lr_ratio": ("run", "min_lr_ratio"),
 }
 INT_SETTINGS = ("warmup", "batch_size")
-AXIS_KEYS = ("sweep", "budgets", "grid_points", "grid_step", "optimum_seeds", "optimum_span")
+AXIS_KEYS = ("sweep", "budgets", "grid_points", "grid_step", "optimum_seeds", "optimum_span", "branches",
+             "branch_decay")
+DEFAULT_BRANCH_DECAY = 0.2  # a branch decays over this share of the tokens its trunk had seen
 DEFAULT_GRID_POINTS = 5
 DEFAULT_GRID_STEP = 2.0
 MIN_GRID_POINTS = 5  # an isoFLOP parabola needs curvature on both sides of its minimum
@@ -289,4 +295,29 @@ def expand(settings: dict, arms: list, seeds: int, budget: Budget, make: Make) -
                     run_fields[field] = value
             combo_tags = {**tags, **{SWEEP_PREFIX + name: value for name, value in combo.items()}}
             cells.append(make(point.arm, point.options, point.size, point.seed, run_budget, run_fields, combo_tags))
-    return cells
+    return with_branches(cells, settings)
+
+
+def with_branches(cells: list, settings: dict) -> list:
+    """Each trunk followed by its WSD cooldown branches (see the module docstring)."""
+    fractions = parse_numbers("branches", settings.get("branches"))
+    if not fractions:
+        return cells
+    if any(f >= 1 for f in fractions):
+        raise ValueError(f"branches: fractions of a run's steps must be below 1, got {fractions}")
+    decay = _positive(settings, "branch_decay", DEFAULT_BRANCH_DECAY, float)
+    out = []
+    for cell in cells:
+        spec = cell.spec
+        if spec.schedule != "wsd":
+            raise ValueError('branches: cooldown branches need the WSD schedule; set [run] schedule = "wsd"')
+        points = sorted({max(1, round(f * spec.steps)) for f in fractions})
+        trunk = spec.replace(snapshot_steps=",".join(map(str, points)))
+        out.append(type(cell)(trunk, cell.factors, trunk.run_id))
+        for step in points:
+            steps = step + max(1, round(decay * step))
+            tracking = {**dict(spec.tracking), "plan_tokens": steps * spec.batch_size * spec.seq_len,
+                        "branch_step": step}
+            branch = spec.replace(branch_from=spec.run_id, branch_step=step, steps=steps, tracking=tracking)
+            out.append(type(cell)(branch, cell.factors, branch.run_id))
+    return out

@@ -101,3 +101,16 @@ def test_bad_axes_exit_2_in_one_line(argv, field, tmp_path, monkeypatch, capsys)
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith(f"launch: {field}"), err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_wsd_branches_follow_their_trunk_and_cost_their_decay_only():
+    study = build_study({**BASE, "families": "ar", "tokens": 32 * 32 * 100, "run": {"schedule": "wsd"},
+                         "branches": [0.25, 0.5]})
+    trunk, *branches = study.cells
+    assert trunk.spec.snapshot_steps == "25,50" and [b.spec.branch_from for b in branches] == [trunk.run_id] * 2
+    assert [(b.spec.branch_step, b.spec.steps) for b in branches] == [(25, 30), (50, 60)]
+    rows = plan_rows(study)
+    per_token = rows[0].flops / trunk.spec.tokens
+    assert [r.flops / per_token for r in rows[1:]] == [5 * 32 * 32, 10 * 32 * 32]
+    plain = build_study({**BASE, "families": "ar", "tokens": 32 * 32 * 100, "run": {"schedule": "wsd"}})
+    assert trunk.run_id == plain.cells[0].run_id  # a trunk is the run it would be without branches
