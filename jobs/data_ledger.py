@@ -30,4 +30,4 @@ def ledger_columns(spec, tokens: int) -> dict:
     if not n:
         return {"epochs": None, "unique_tokens": None}
     unique = n * -math.expm1(tokens * math.log1p(-1 / n)) if n > 1 else min(tokens, n)
-    return {"epochs": tokens / n, "unique_tokens": int(round(unique))}
+    return {"epochs": tokens / n, "unique_tokens": round(unique)}

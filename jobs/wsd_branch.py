@@ -50,7 +50,7 @@ def adopt_trunk(run_dir: Path, spec, wait_s: float | None = None) -> None:
     if ckpt.checkpoint_dirs(run_dir):
         return
     source = snapshot_dir(Path(run_dir).parent / spec.branch_from, spec.branch_step)
-    limit = float(os.environ.get("AOSCALE_BRANCH_WAIT_S", 86400)) if wait_s is None else wait_s
+    limit = float(os.environ.get("AOSCALE_BRANCH_WAIT_S", "86400")) if wait_s is None else wait_s
     deadline = time.monotonic() + limit
     if not source.is_dir():
         print(f"branch {spec.run_id}: waiting for trunk {spec.branch_from} to reach step {spec.branch_step}",

@@ -29,8 +29,8 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from dataclasses import dataclass, replace
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from models.ladder import core_params, shape_for_params, train_flops_per_token
