@@ -17,7 +17,9 @@ import polars as pl
 
 from cli import Parser, int_arg, parse, run_main
 
-from analysis import DEFAULT_BOOTSTRAP, ablations, fairness, figures, io, sections, summary
+from analysis import DEFAULT_BOOTSTRAP, ablations, fairness, figures, frontier_figures, io, sections, summary
+from analysis.data_ledger import repetition_notes
+from analysis.selection import select
 from analysis.cells import CELL_KEYS, build_cells, latest
 from analysis.ensemble import ensemble_studies
 from analysis.fits import CurveFit, fit_cell
@@ -59,6 +61,7 @@ class Analysis:
     matched: tuple = ()  # Δ at matched family parameters (gap.MatchedPoint)
     final: pl.DataFrame | None = None  # the compared records everything above was computed from
     gap_studies: tuple[str, ...] = ()  # the study of each gap, aligned with `gaps`
+    selection: object = None  # analysis.selection.Selection: best swept settings per cell (validation)
 
 
 def _fitted(final: pl.DataFrame, x: str, bootstrap: int, seed: int, flags: dict) -> tuple[list, list]:
@@ -144,14 +147,16 @@ def _analyse_one(inputs: Inputs, bootstrap: int, x: str, seed: int) -> Analysis:
     records, notes = fairness.compared_only(inputs.records)
     records, weights, weight_notes = fairness.choose_weights(records)
     final, latest_notes = latest(records)
-    notes += weight_notes + latest_notes
+    chosen = select(final)  # swept settings chosen on validation; every split but validation reported
+    final = chosen.reported
+    notes += weight_notes + latest_notes + repetition_notes(final)
     plateau = fairness.plateau_table(final)
     flags = fairness.flagged(plateau)
     cells, fits = _fitted(final, x, bootstrap, seed, flags)
     by_key = {c.key: f for c, f in zip(cells, fits)}
     gaps, gap_notes = compute_gaps(cells, by_key, bootstrap, seed)
     gaps = with_eval_noise(gaps, final, evalnoise.read_windows(inputs.sources))
-    gaps = [fairness.flag_gap(g, flags) for g in gaps]
+    gaps = [fairness.flag_gap(g, flags) for g in gaps if g.points]  # isoFLOP grids may share no size with AR
     notes += [f"run without eval.parquet: {r}" for r in inputs.missing_runs] + list(inputs.notes)
     if plateau.is_empty():
         notes.append("no nll_unigram records: under-training cannot be checked (evaluate with this version)")
@@ -164,10 +169,10 @@ def _analyse_one(inputs: Inputs, bootstrap: int, x: str, seed: int) -> Analysis:
                     ablations.variant_table(final), ablations.option_tables(final, inputs.options),
                     ablations.factorial_table(final), weights, plateau,
                     fairness.ema_effect(fairness.compared_only(inputs.records)[0]),
-                    _matched(final, bootstrap, seed, flags), final)
+                    _matched(final, bootstrap, seed, flags), final, selection=chosen)
 
 
-def fits_json(a: Analysis) -> str:
+def fits_json(a: Analysis, extra: dict | None = None) -> str:
     """fits.json text: deterministic for fixed inputs and seed (sorted keys, no timestamps)."""
     doc = {"x": a.x, "x_meaning": X_MEANING[a.x], "weights": a.weights, "bootstrap": a.bootstrap, "seed": a.seed,
            "fits": [f.to_json() for f in a.fits],
@@ -179,7 +184,8 @@ def fits_json(a: Analysis) -> str:
            "ensemble": [{"family": s.family, "variant": s.variant, "dataset": s.dataset, "split": s.split,
                          "fits": [f.to_json() for f in s.fits],
                          "gains": [{"size": g.size, "x": g.x, "m_min": g.m_min, "m_max": g.m_max, **g.gain.to_dict()}
-                                   for g in s.gains], "gain_trend": s.gain_trend.to_dict()} for s in a.ensembles]}
+                                   for g in s.gains], "gain_trend": s.gain_trend.to_dict()} for s in a.ensembles],
+           **(extra or {})}
     return json.dumps(doc, sort_keys=True, indent=1, allow_nan=False) + "\n"
 
 
@@ -290,13 +296,14 @@ def tables(a: Analysis) -> dict[str, pl.DataFrame]:
 def write_report(a: Analysis, out_dir: Path) -> Path:
     """Write every output of the report into out_dir (atomic file writes)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    io.write_text(out_dir / "fits.json", fits_json(a))
+    front = frontier_figures.build(a.selection, a.final, a.bootstrap, a.seed)  # isoFLOP studies, sweeps
+    io.write_text(out_dir / "fits.json", fits_json(a, front.doc))
     for name, frame in tables(a).items():
         io.write_table(out_dir / "tables", name, frame)
-    figure_blocks = make_figures(a)
+    figure_blocks = make_figures(a) + list(front.figures)
     for b in figure_blocks:
         io.write_bytes(out_dir / "figures" / b.name, b.png)
-    blocks = report_blocks(a, figure_blocks)
+    blocks = report_blocks(a, figure_blocks) + list(front.blocks)
     title = "aoscale scaling report"
     io.write_text(out_dir / "report.md", to_markdown(title, blocks))
     io.write_text(out_dir / "report.html", to_html(title, blocks))

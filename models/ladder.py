@@ -98,3 +98,24 @@ def train_flops_per_token(shape: Shape, seq_len: int, vocab_size: int) -> int:
     d, n_layer = shape.d_model, shape.n_layer
     forward = 2 * 12 * n_layer * d * d + 2 * n_layer * seq_len * d + 2 * d * vocab_size
     return 3 * forward
+
+
+# Continuous shapes (isoFLOP grids need sizes between the named rungs), written for CPU scale:
+# heads of width 16, widths in steps of 16, and depth growing as the cube root of the core count
+# with an aspect ratio d ≈ 32·L (the CPU rungs run 24-32: 2/48/2, 3/96/3). Solving 12·L·d² = N
+# with d = 32·L gives L = (N / 12,288)^(1/3). From width 256 on, heads are 64 wide (GPT-3's
+# 125M-2.7B rungs use 64-80) and widths step by 64.
+CUSTOM_HEAD_DIM = 16
+WIDE_HEAD_DIM, WIDE_FROM = 64, 256
+CUSTOM_ASPECT = 32  # d_model per layer
+
+
+def shape_for_params(n_params: float) -> Shape:
+    """The custom shape whose core count (12·L·d²) is nearest `n_params` under the rule above."""
+    if not n_params > 0:
+        raise ValueError(f"n_params: must be positive, got {n_params!r}")
+    n_layer = max(1, round((n_params / (12 * CUSTOM_ASPECT**2)) ** (1 / 3)))
+    width = (n_params / (12 * n_layer)) ** 0.5
+    head = WIDE_HEAD_DIM if width >= WIDE_FROM else CUSTOM_HEAD_DIM
+    d_model = max(head, head * round(width / head))
+    return Shape(n_layer, d_model, d_model // head)

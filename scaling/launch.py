@@ -40,6 +40,14 @@ def preset_help() -> str:
     return "presets (--preset NAME):\n" + "\n".join(lines)
 
 
+def numbers_arg(text: str) -> list[float]:
+    """argparse type: a comma-separated list of finite numbers (`float_arg` for each)."""
+    items = [v for v in text.split(",") if v.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of numbers")
+    return [float_arg(v.strip()) for v in items]
+
+
 def parser() -> argparse.ArgumentParser:
     """The launch CLI's flags; unset flags are None so presets and TOML files show through."""
     p = Parser(prog="python -m scaling.launch", description=__doc__.splitlines()[0], error_prefix="launch",
@@ -59,7 +67,10 @@ def parser() -> argparse.ArgumentParser:
     add("--eval-suite", help="quick, paper, or SUITE:SET,SET (named zero-shot sets are required)")
     add("--seq-len", type=int_arg)
     add("--tokens", type=int_arg, help="training tokens per run (default tokens-per-param x params)")
-    add("--tokens-per-param", type=float_arg, help="default 20 (Chinchilla)")
+    add("--tokens-per-param", type=numbers_arg, help="default 20 (Chinchilla); a list (4,8,16,32) runs each value at every size")
+    add("--budgets", type=numbers_arg, help="training-FLOP budgets (1e12,3e12,1e13): isoFLOP profiles of >= 5 sizes each")
+    add("--sweep", action="append", metavar="[FAMILY:]NAME=V,V,...",
+        help="sweep a run setting (lr, warmup, batch_size, beta1, beta2, weight_decay, min_lr_ratio); repeatable")
     add("--max-tokens", type=int_arg, help="cap on tokens per run")
     add("--batch-size", type=int_arg, help="sequences per step (default: the rung's rule)")
     add("--lr", type=float_arg, help="peak learning rate (default: the rung's rule)")
@@ -92,7 +103,7 @@ def parser() -> argparse.ArgumentParser:
 
 FLAG_KEYS = ("preset", "name", "families", "sizes", "seeds", "tokenizer", "corpus", "text_field",
              "eval_suite", "seq_len", "tokens", "tokens_per_param", "max_tokens", "batch_size", "lr",
-             "warmup_steps", "max_steps", "network", "ema", "judge")
+             "warmup_steps", "max_steps", "network", "ema", "judge", "sweep", "budgets")
 
 
 def study_from_args(args: argparse.Namespace, world_size: int = 1) -> StudySpec:

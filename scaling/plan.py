@@ -1,31 +1,26 @@
 """The dry-run planner: one row per run, totals, GPU-hours and the CPU feasibility estimate.
 
-FLOPs use the analytic count of `models.ladder` (the shape's GPT-2 core plus output head,
-forward + backward). Each row shows both parameter conventions: `params`, the shape's core (what
-fits compare at matched shape), and `params_family`, the family's own non-embedding count
-(conditioning, time MLP and an untied head included), counted on a model built on the `meta`
-device (no memory), once per distinct (family, options, size).
+FLOPs are each family's own training count (`FamilyModel.flops_per_token`: the core, the head
+and the family's adaLN modulation, time MLP and other projections, forward + backward), the
+number the run's records carry. Each row shows both parameter conventions: `params`, the shape's
+core (what fits compare at matched shape), and `params_family`, the family's own non-embedding
+count (conditioning, time MLP and an untied head included). Both are read from a model built on
+the `meta` device (no memory), once per distinct (family, options, size).
 """
 from __future__ import annotations
 
-import functools
 import json
 import os
 from dataclasses import dataclass
 
-import torch
 
-from jobs.data.tokenizers import get_encoding
-from models import build_model
-from models.families.base import shapes_only
-from models.ladder import core_params, get_shape, train_flops_per_token
+from models.ladder import core_params, get_shape
 
+from .accounting import VOCAB_SIZES, family_accounting, vocab_of  # noqa: F401 (re-exported)
 from .arms import network_name
 from .study import StudySpec
+from .sweep import SWEEP_PREFIX
 
-# Known without loading the tokenizer: 256 bytes + EOT; GPT-2's 50,257 (Radford et al. 2019).
-# Any other tokenizer's vocabulary is read from the tokenizer itself.
-VOCAB_SIZES = {"bytes": 257, "gpt2": 50257}
 H100_BF16_DENSE_FLOPS = 989e12  # NVIDIA H100 SXM datasheet: dense BF16 tensor-core peak, FLOP/s
 DEFAULT_MFU = 0.40  # a well-tuned dense transformer's model FLOPs utilisation (PaLM reports 46 %)
 GPU_NAME = "H100 SXM bf16"
@@ -34,6 +29,7 @@ GPU_NAME = "H100 SXM bf16"
 # run far below the ~175 GFLOP/s matmul peak). At 20 GFLOP/s the estimate is short for the tiniest
 # rungs (11 GFLOP/s measured) and leaves out start-up and evaluation (~30 s per run).
 CPU_FLOPS_PER_CORE = 20e9
+RUN_OVERHEAD_S = 30.0  # start-up and cpu-suite evaluation per run, measured on the quickstart (tune_quickstart)
 CPU_REFUSE_HOURS = 12.0  # a local CPU plan longer than this is refused without --force
 S_PER_HOUR = 3600.0
 
@@ -55,28 +51,41 @@ class PlanRow:
     ema: float = 0.0
     params_family: int = 0
     role: str = "compared"
+    axes: str = ""  # the run's compute budget and swept values (scaling.sweep), e.g. "C=1e+12 lr=0.003"
 
 
-@functools.cache
-def family_params(family: str, size: str, options_json: str, vocab: int, seq_len: int) -> int:
-    """The family's own non-embedding parameters at this size, from a model on the meta device."""
-    with torch.device("meta"), shapes_only():
-        model = build_model(family, size, vocab_size=vocab, seq_len=seq_len, **json.loads(options_json))
-    return int(model.count_params()["family_non_embedding"])
+def axes_label(spec) -> str:
+    """`C=<budget>` and `<name>=<value>` for each swept setting of a run ('' for a plain grid run)."""
+    tags = dict(spec.tracking)
+    parts = [f"C={tags['budget_flops']:.0e}"] if tags.get("budget_flops") else []
+    return " ".join(parts + [f"{k[len(SWEEP_PREFIX):]}={v:g}" for k, v in sorted(tags.items())
+                             if k.startswith(SWEEP_PREFIX)])
+
+
+def spec_flops_per_token(spec) -> float:
+    """A run spec's training FLOPs per token under its family's own count."""
+    options = json.dumps(spec.options, sort_keys=True)
+    return family_accounting(spec.family, spec.size, options, vocab_of(spec.tokenizer), spec.seq_len)[1]
 
 
 def plan_rows(study: StudySpec) -> list[PlanRow]:
-    """A row per cell with both parameter counts and analytic training FLOPs."""
+    """A row per cell with both parameter counts and the family's training FLOPs."""
     rows = []
     for cell in study.cells:
         spec = cell.spec
         shape = get_shape(spec.size)
-        vocab = VOCAB_SIZES.get(spec.tokenizer) or get_encoding(spec.tokenizer).n_vocab
-        flops = float(train_flops_per_token(shape, spec.seq_len, vocab)) * spec.tokens
-        own = family_params(spec.family, spec.size, json.dumps(spec.options, sort_keys=True), vocab, spec.seq_len)
+        own, per_token = family_accounting(spec.family, spec.size, json.dumps(spec.options, sort_keys=True),
+                                           vocab_of(spec.tokenizer), spec.seq_len)
+        flops = per_token * charged_tokens(spec)
         rows.append(PlanRow(spec.run_id, spec.family, spec.variant, spec.size, spec.seed, core_params(shape),
-                            spec.tokens, flops, spec.steps, network_name(spec.options), spec.ema, own, spec.role))
+                            spec.tokens, flops, spec.steps, network_name(spec.options), spec.ema, own, spec.role,
+                            axes_label(spec)))
     return rows
+
+
+def charged_tokens(spec) -> int:
+    """Tokens a run adds to the study's cost: a WSD branch only its decay (its trunk paid the rest)."""
+    return spec.tokens - (spec.branch_step * spec.batch_size * spec.seq_len if spec.branch_from else 0)
 
 
 def gpu_hours(flops: float, mfu: float = DEFAULT_MFU, peak_flops: float = H100_BF16_DENSE_FLOPS) -> float:
@@ -108,10 +117,11 @@ COLUMNS = ("run_id", "family", "variant", "network", "ema", "size", "seed", "par
 
 def format_plan(study: StudySpec, rows: list[PlanRow], cores: int, has_gpu: bool) -> str:
     """The dry-run text: header, table, totals, GPU-hours and (without GPUs) the CPU estimate."""
-    table = [COLUMNS] + [(r.run_id, r.family, r.variant if r.role == "compared" else f"({r.role})", r.network,
+    columns = COLUMNS + (("axes",) if any(r.axes for r in rows) else ())
+    table = [columns] + [(r.run_id, r.family, r.variant if r.role == "compared" else f"({r.role})", r.network,
                           f"{r.ema:g}", r.size, str(r.seed), human(r.params), human(r.params_family),
-                          human(r.tokens), f"{r.flops:.2e}", str(r.steps)) for r in rows]
-    widths = [max(len(line[i]) for line in table) for i in range(len(COLUMNS))]
+                          human(r.tokens), f"{r.flops:.2e}", str(r.steps), r.axes)[:len(columns)] for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
     lines = [f"study {study.name} (hash {study.study_hash}): {len(rows)} runs"]
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in table]
     total_flops = sum(r.flops for r in rows)
@@ -122,6 +132,9 @@ def format_plan(study: StudySpec, rows: list[PlanRow], cores: int, has_gpu: bool
     if not has_gpu:
         lines.append(f"estimate here: {cpu_hours(total_flops, cores):.3g} hours on {cores} CPU cores "
                      f"at {CPU_FLOPS_PER_CORE / 1e9:.0f} GFLOP/s per core")
+        wall = cpu_hours(total_flops, cores) + len(rows) * RUN_OVERHEAD_S / max(1, cores) / S_PER_HOUR
+        lines.append(f"wall estimate here: {wall:.3g} hours with {RUN_OVERHEAD_S:.0f} s of start-up and "
+                     "evaluation per run")
     return "\n".join(lines)
 
 

@@ -23,7 +23,8 @@ _TEXT_OR_LIST = ("families", "sizes")
 _TEXT = ("name", "preset", "tokenizer", "corpus", "network", "judge", "eval_suite")
 _TABLES = ("run", "resources")
 _INTEGERS = ("seeds", "seq_len", "tokens", "max_tokens", "max_steps", "batch_size", "warmup_tokens", "warmup_steps")
-_NUMBERS = ("tokens_per_param", "lr", "ema")
+_NUMBERS = ("lr", "ema")
+_NUMBER_OR_LIST = ("tokens_per_param", "budgets")  # a list: one run per value (scaling.sweep)
 _FLAG_NAMES = {"judge": "--judge-run"}  # flags whose name is not their destination's
 
 
@@ -56,7 +57,7 @@ def _type_error(key: str, value: Any, kind: str) -> InputError:
 
 
 _EXAMPLES = {"a string": '"value"', "a string or a list of strings": '["ar", "aogpt"]', "a table": "{ ... }",
-             "an integer": "3", "a number": "0.001"}
+             "an integer": "3", "a number": "0.001", "a number or a list of numbers": "[4, 8, 16]"}
 
 
 def check_toml_types(settings: dict[str, Any]) -> None:
@@ -74,6 +75,9 @@ def check_toml_types(settings: dict[str, Any]) -> None:
             raise _type_error(key, value, "an integer")
         if key in _NUMBERS and (not isinstance(value, (int, float)) or isinstance(value, bool)):
             raise _type_error(key, value, "a number")
+        if key in _NUMBER_OR_LIST and not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                              for v in (value if isinstance(value, list) else [value])):
+            raise _type_error(key, value, "a number or a list of numbers")
 
 
 def check_study(study: StudySpec, study_dir: Path) -> None:

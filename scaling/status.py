@@ -29,6 +29,7 @@ from jobs.train import checkpoint as ckpt
 from jobs.executors.slurm import queue_states
 from jobs.eval.records import read_records
 from jobs.run.files import METRICS_FILE, read_status
+from jobs.data.ledger import ledger_columns
 from jobs.run.spec import RunSpec
 
 from . import ledger
@@ -117,6 +118,7 @@ def run_warnings(study_dir: Path, run_id: str, verify_all: bool = False) -> list
         out.append(f"run {run_id}: spec.json is missing or corrupt; relaunch the study to rewrite it")
     status = read_status(directory)
     out += [f"run {run_id}: {w}" for w in status.get("warnings", []) if str(w).startswith("status:")]
+    out += repeats_data(run_id, _spec(study_dir, run_id))
     saved = ckpt.checkpoint_dirs(directory)
     if status.get("state") == "done" and saved:
         size = sum(p.stat().st_size for p in saved[-1].rglob("*") if p.is_file())
@@ -125,6 +127,15 @@ def run_warnings(study_dir: Path, run_id: str, verify_all: bool = False) -> list
             out.append(f"run {run_id}: done, but its final checkpoint {saved[-1].name} is corrupt ({problem}); "
                        f"rerun python -m jobs.train --run-dir {directory} to train it again from the last valid one")
     return out
+
+
+def repeats_data(run_id: str, spec: RunSpec | None) -> list[str]:
+    """A line for a run planned past one epoch of its training split (jobs.data.ledger)."""
+    seen = ledger_columns(spec, spec.tokens) if spec is not None else {}
+    if not seen.get("epochs") or seen["epochs"] <= 1:
+        return []
+    return [f"run {run_id}: repeats data: {seen['epochs']:.2f} epochs of its training split "
+            f"({seen['unique_tokens']:,} unique tokens of {spec.tokens:,}); repetition favours masked diffusion"]
 
 
 def table(study_dir: Path) -> tuple[list[tuple[str, ...]], Counter]:

@@ -28,6 +28,7 @@ from jobs.data.suites import SUITES
 from .arms import DEFAULT_ARMS, Arm, arm_from_dict, check_ema, check_family, default_arm, network_options, resolve_arm
 from .presets import base_for, preset_settings
 from .recipes import Budget, schedule
+from . import sweep
 
 DEFAULT_EVAL_SUITE = "quick"
 # RunSpec fields a study decides itself; the remaining hashed fields may be set under [run].
@@ -41,7 +42,8 @@ RUN_OVERRIDES = tuple(name for name in HASHED_FIELDS if name not in STRUCTURAL)
 RESOURCES = ("engine", "zero_stage", ds_config.FIELD, "eval_every", "checkpoint_every", "keep_checkpoints", "log_every")
 BUDGET_KEYS = tuple(f.name for f in fields(Budget))
 SETTING_KEYS = ("name", "preset", "families", "arms", "sizes", "seeds", "tokenizer", "corpus", "run",
-                "resources", "tracking", "network", "ema", "judge", "eval_suite", "text_field") + BUDGET_KEYS
+                "resources", "tracking", "network", "ema", "judge", "eval_suite", "text_field") + BUDGET_KEYS \
+    + sweep.AXIS_KEYS
 RESULT_KEYS = tuple(k for k in SETTING_KEYS if k not in ("name", "resources", "tracking", "judge"))
 
 
@@ -217,14 +219,16 @@ def _expand(settings: dict[str, Any], name: str) -> list[Cell]:
     settings["resources"] = ds_config.with_overlay(settings.get("resources", {}))
     if settings.get("tracking"):
         settings["tracking"] = check_tracking(settings["tracking"])
-    arms, seeds, budget = _arms(settings), _seeds(settings), _budget(settings)
+    arms, seeds, budget = _arms(settings), _seeds(settings), _budget(sweep.budget_settings(settings))
     network = network_options(settings.get("network", "gpt2"))
     study_ema = check_ema(settings.get("ema", 0.0))
     resolved = [resolve_arm(arm, network) for arm in arms]
     judge = _judge(settings, seeds, network, study_ema, budget, name)
     reference = judge.run_id if judge is not None else _judge_dir(settings)
-    cells = [_cell(arm, options, arm.ema_rate(study_ema), size, seed, settings, budget, name, judge=reference)
-             for size in settings["sizes"] for seed in range(seeds) for arm, options in zip(arms, resolved)]
+    def make(arm, options, size, seed, run_budget, run_fields, tags):
+        return _cell(arm, options, arm.ema_rate(study_ema), size, seed, settings, run_budget, name,
+                     judge=reference, run_fields=run_fields, tags=tags)
+    cells = sweep.expand(settings, list(zip(arms, resolved)), seeds, budget, make)  # grid, sweeps, budgets
     cells = ([judge] if judge is not None else []) + cells
     ids = [cell.run_id for cell in cells]
     if len(set(ids)) != len(ids):
@@ -267,9 +271,10 @@ def _judge_dir(settings: dict) -> str:
 
 
 def _cell(arm: Arm, options: dict, ema: float, size: str, seed: int, settings: dict, budget: Budget,
-          name: str, role: str = "compared", judge: str = "") -> Cell:
+          name: str, role: str = "compared", judge: str = "", run_fields: dict | None = None,
+          tags: dict | None = None) -> Cell:
     plan = schedule(size, budget)
-    tracking = {**settings.get("tracking", {}), **{f"factor_{k}": v for k, v in arm.factors}}
+    tracking = {**settings.get("tracking", {}), **{f"factor_{k}": v for k, v in arm.factors}, **(tags or {})}
     spec = RunSpec(
         family=arm.family, size=size, steps=plan.steps, lr=plan.lr, warmup_steps=plan.warmup_steps,
         model_options=options, tokenizer=settings["tokenizer"],
@@ -278,7 +283,7 @@ def _cell(arm: Arm, options: dict, ema: float, size: str, seed: int, settings: d
         eval_suite=settings.get("eval_suite", DEFAULT_EVAL_SUITE),
         seq_len=budget.seq_len, batch_size=plan.batch_size, ema=ema, seed=seed,
         study=name, variant=arm.label if role == "compared" else "judge", tracking=tracking, role=role,
-        judge=judge, **settings.get("run", {}), **settings.get("resources", {}),
+        judge=judge, **{**settings.get("run", {}), **(run_fields or {})}, **settings.get("resources", {}),
     )
     return Cell(spec, arm.factors, spec.run_id)
 

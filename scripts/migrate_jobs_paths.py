@@ -24,7 +24,8 @@ MOVES = {
     "jobs.train_cli": "jobs.train.cli", "jobs.engines": "jobs.train.engines", "jobs.ds_config": "jobs.train.ds_config",
     "jobs.checkpoint": "jobs.train.checkpoint",
     "jobs.evaluate": "jobs.eval.evaluate", "jobs.generate": "jobs.eval.generate", "jobs.records": "jobs.eval.records",
-    "jobs.evalwindows": "jobs.eval.windows",
+    "jobs.evalwindows": "jobs.eval.windows", "jobs.data_ledger": "jobs.data.ledger",
+    "jobs.heldout": "jobs.data.heldout", "jobs.wsd_branch": "jobs.train.wsd_branch",
 }
 REPO = Path(__file__).resolve().parents[1]
 FROM = re.compile(r"^(\s*)from (jobs(?:\.\w+)?) import (.*)$")

@@ -17,12 +17,13 @@ class Suite:
     m_max: int  # ensemble sweep M = 1, 2, 4, ..., m_max
     n_targets: int  # scored target slots per sequence for ensembling
     ensemble_chunks: int  # windows ensembling is run on: a uniform subsample of the scored ones (>= 256 or all)
-    zero_shot: tuple[str, ...]  # eval sets (jobs.datasets) used when a data folder is set
+    zero_shot: tuple[str, ...]  # eval sets (jobs.data.datasets) used when a data folder is set
     zero_shot_chunks: int | None  # chunks per eval set (None = all)
     lambada: bool = False
     infill_span: int = 0  # middle-span length in tokens; 0 = no infilling benchmark
     generate: bool = False
     gen_samples: int = 16  # samples drawn per step count when `generate`
+    test_split: bool = False  # also score a test split held out of validation's windows (jobs.data.heldout)
 
     @property
     def capabilities(self) -> tuple[str, ...]:
@@ -44,6 +45,11 @@ SUITES: dict[str, Suite] = {
     # that, past the quickstart's 10 minutes.
     "cpu": Suite(val_chunks=4096, k_mc=2, m_max=4, n_targets=16, ensemble_chunks=256,
                  zero_shot=("wikitext2",), zero_shot_chunks=4),
+    # isoFLOP studies with swept settings (the frontier preset): selection reads validation, the
+    # report reads test; 512 windows of each, fewer MC draws and a short ensemble sweep (M <= 2, on
+    # the 256 windows every suite's ensemble takes at least), since a frontier study evaluates ~150 small runs
+    "frontier": Suite(val_chunks=512, k_mc=2, m_max=2, n_targets=16, ensemble_chunks=256,
+                      zero_shot=("wikitext2",), zero_shot_chunks=4, test_split=True),
     "paper": Suite(val_chunks=256, k_mc=16, m_max=8, n_targets=32, ensemble_chunks=256,
                    zero_shot=("wikitext2", "ptb", "lm1b", "lambada"), zero_shot_chunks=None,
                    lambada=True, infill_span=16, generate=True),

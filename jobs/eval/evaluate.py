@@ -48,6 +48,7 @@ from jobs.data import corpus as data
 from jobs.data.corpus import get_encoding
 from jobs.run.files import add_status_warning
 from jobs.data.unigram import unigram_window_nll
+from jobs.data import heldout
 from models import likelihood as lk
 
 EVAL_SEED = 20240917  # any fixed number; recorded in every row as eval_seed
@@ -125,6 +126,21 @@ def _validation(spec, enc, seq_len: int, n: int, seed: int) -> Dataset:
     return Dataset(spec.corpus, "validation", chunks, n_bytes, tiling.describe("validation"), tiling)
 
 
+def _validation_and_test(spec, enc, seq_len: int, n: int) -> list[Dataset]:
+    """Validation and a disjoint test split of the corpus's validation windows (jobs.data.heldout)."""
+    tokens = data.token_array(spec.corpus, spec.tokenizer, "validation", spec.text_field)
+    lengths = token_byte_lengths(enc)
+    out = []
+    for split, (routed, chosen) in heldout.split_windows(tokens, seq_len, n, enc.decode).items():
+        chunks = torch.from_numpy(np.asarray(tokens[chosen[:, None] + np.arange(seq_len)], dtype=np.int64))
+        # the routed windows are this split's tiles: coverage is counted against them
+        tiling = ew.Tiling(chosen, seq_len, len(routed) * seq_len, len(routed), 0)
+        chunking = (f"{len(chunks)} of the {len(routed)} {seq_len}-token windows routed to {split} (blake2b-64 of "
+                    f"each window's text < {heldout.TEST_SHARE} x 2^64: test), spaced evenly over the split")
+        out.append(Dataset(spec.corpus, split, chunks, int(lengths[chunks.numpy()].sum()), chunking, tiling))
+    return out
+
+
 def _data_dir(settings: Settings) -> str | None:
     return settings.data_dir or os.environ.get("AOSCALE_DATA") or None
 
@@ -136,7 +152,9 @@ def load_datasets(spec, settings: Settings, seq_len: int,
     A set that cannot be had is an error when the caller named the sets; otherwise it is
     appended to `missing` as "name: reason" (never skipped in silence)."""
     enc = get_encoding(spec.tokenizer)
-    out = [_validation(spec, enc, seq_len, settings.suite.val_chunks, settings.seed)]
+    n = settings.suite.val_chunks
+    out = (_validation_and_test(spec, enc, seq_len, n) if settings.suite.test_split
+           else [_validation(spec, enc, seq_len, n, settings.seed)])
     for name in settings.suite.zero_shot:
         try:
             s = load_eval_set(name, enc, seq_len, data_dir=_data_dir(settings),

@@ -16,6 +16,11 @@ number can be traced to how it was measured:
   precision      fp32, or bf16 (autocast, where the run trained with it)
   coverage_tokens  tokens the value was computed over (windows x their length)
   split_tokens     tokens in the split those windows were drawn from (coverage share = ratio)
+  budget_flops   the training-FLOP budget whose isoFLOP profile planned the run (null otherwise)
+  plan_tokens    the tokens its plan asked for, before rounding to whole steps (null: a plain grid run)
+  epochs         passes over the training split by this step; unique_tokens: the distinct training
+                 tokens those covered (expected, jobs.data.ledger)
+  sweep_<name>   the value of each swept run setting (lr, warmup, batch_size, beta2, ...; scaling.sweep)
 `se` is the sampling standard error over the evaluated windows, sd(per-window values) / sqrt(n),
 which counts the choice of windows and the Monte-Carlo draws together (jobs.eval.windows; the
 per-window values are in the run's eval_windows.parquet); for fractions (lambada_acc, infill_em) it
@@ -29,10 +34,12 @@ from typing import Any
 
 import polars as pl
 
+from jobs.data.ledger import ledger_columns
 from jobs.run.files import atomic_write_bytes
 
 EVAL_FILE = "eval.parquet"
 FACTOR_PREFIX = "factor_"  # optional columns: a run's level of each factor of a factorial design
+SWEEP_PREFIX = "sweep_"  # optional columns: a run's value of each swept setting (numbers)
 
 CONTRACT_SCHEMA: dict[str, pl.DataType] = {
     "study": pl.String, "run_id": pl.String, "family": pl.String, "variant": pl.String,
@@ -46,6 +53,7 @@ EXTRA_SCHEMA: dict[str, pl.DataType] = {
     "tokens_per_step": pl.Int64, "evaluator": pl.String, "weights": pl.String,
     "chunking": pl.String, "eval_seed": pl.Int64, "role": pl.String, "device": pl.String,
     "precision": pl.String, "coverage_tokens": pl.Int64, "split_tokens": pl.Int64,
+    "budget_flops": pl.Float64, "plan_tokens": pl.Int64, "epochs": pl.Float64, "unique_tokens": pl.Int64,
 }
 SCHEMA = {**CONTRACT_SCHEMA, **EXTRA_SCHEMA}
 UNITS = ("nats/token", "bits/byte", "ppl", "s", "fraction")
@@ -64,13 +72,28 @@ def run_context(spec, counts: dict[str, int], flops_per_token: int, step: int, w
         "study": spec.study, "run_id": spec.run_id, "family": spec.family, "variant": spec.variant,
         "size": spec.size, "n_params": int(counts["core"]), "n_params_family": int(counts["family_non_embedding"]),
         "tokens": tokens, "flops": float(flops_per_token) * tokens, "seed": spec.seed, "step": int(step),
-        "weights": weights, "role": spec.role, **factor_columns(spec),
+        "weights": weights, "role": spec.role, **factor_columns(spec), **plan_columns(spec),
+        **ledger_columns(spec, tokens),
     }
 
 
 def factor_columns(spec) -> dict[str, str]:
     """Per-run factor levels of an ablation design (`factor_<name>` in the spec's tracking), as text."""
     return {key: str(value) for key, value in spec.tracking if key.startswith(FACTOR_PREFIX)}
+
+
+def plan_columns(spec) -> dict[str, Any]:
+    """Where the study's plan put the run: budget_flops, plan_tokens (null when it set none) and
+    its `sweep_<name>` values, from the spec's tracking (scaling.sweep)."""
+    tags = dict(spec.tracking)
+    return {"budget_flops": tags.get("budget_flops"), "plan_tokens": tags.get("plan_tokens"),
+            **{key: float(value) for key, value in tags.items() if key.startswith(SWEEP_PREFIX)}}
+
+
+def _extra_columns(names) -> dict[str, pl.DataType]:
+    """Schema of the optional factor (text) and sweep (number) columns among `names`."""
+    return {name: pl.String if name.startswith(FACTOR_PREFIX) else pl.Float64 for name in sorted(names)
+            if name.startswith((FACTOR_PREFIX, SWEEP_PREFIX))}
 
 
 def record(context: dict[str, Any], *, dataset: str, split: str, metric: str, value: float, unit: str,
@@ -87,9 +110,8 @@ def record(context: dict[str, Any], *, dataset: str, split: str, metric: str, va
 
 
 def to_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
-    """Rows as a DataFrame with the fixed schema (missing extras are null) plus any factor columns."""
-    factors = sorted({key for row in rows for key in row if key.startswith(FACTOR_PREFIX)})
-    schema = {**SCHEMA, **dict.fromkeys(factors, pl.String)}
+    """Rows as a DataFrame with the fixed schema (missing extras are null) plus any factor and sweep columns."""
+    schema = {**SCHEMA, **_extra_columns({key for row in rows for key in row})}
     full = [{name: row.get(name) for name in schema} for row in rows]
     return pl.DataFrame(full, schema=schema, orient="row")
 
@@ -100,7 +122,7 @@ def read_records(run_dir: str | Path) -> pl.DataFrame:
     if not path.exists():
         return to_frame([])
     frame = pl.read_parquet(path)
-    schema = {**SCHEMA, **{c: pl.String for c in frame.columns if c.startswith(FACTOR_PREFIX)}}
+    schema = {**SCHEMA, **_extra_columns(frame.columns)}
     missing = [pl.lit(None, dtype).alias(n) for n, dtype in schema.items() if n not in frame.columns]
     return frame.with_columns(missing).select(list(schema)).cast(schema)
 

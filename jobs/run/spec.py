@@ -18,6 +18,7 @@ from typing import Any
 ENGINES = ("torch", "deepspeed")
 ZERO_STAGES = (1, 2, 3)
 PRECISIONS = ("auto", "fp32", "bf16")
+SCHEDULES = ("cosine", "wsd")  # wsd: warm-up, stable at the peak, linear decay (Hu et al. 2024, MiniCPM)
 COMPILE_SETTINGS = ("auto", "on", "off")  # torch.compile of the core: auto = on GPU only
 
 
@@ -37,6 +38,10 @@ class RunSpec:
     batch_size: int = 16  # sequences per optimizer step, all ranks and micro-steps together
     micro_batch_size: int = 0  # 0 = batch_size (no accumulation)
     min_lr_ratio: float = 0.1  # cosine floor as a fraction of peak (GPT-3 decays to 10 %)
+    schedule: str = "cosine"  # after warm-up: cosine to the floor, or wsd (SCHEDULES; jobs.train.lr_at)
+    decay_fraction: float = 0.2  # wsd: the final share of steps that decays linearly to the floor
+    branch_from: str = ""  # a WSD cooldown branch: its trunk's run id (the branch starts from its state)
+    branch_step: int = 0  # ... at this step of the trunk, then decays linearly to the floor until `steps`
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.95
@@ -50,7 +55,7 @@ class RunSpec:
     engine: str = "torch"
     zero_stage: int = 2
     compile: str = "auto"  # torch.compile of the core's block stack (COMPILE_SETTINGS)
-    deepspeed_config: str = ""  # the user's DeepSpeed overlay as canonical JSON (jobs.ds_config)
+    deepspeed_config: str = ""  # the user's DeepSpeed overlay as canonical JSON (jobs.train.ds_config)
     eval_every: int = 0  # 0 = only at the end
     checkpoint_every: int = 0  # 0 = only at the end
     keep_checkpoints: int = 2
@@ -61,6 +66,7 @@ class RunSpec:
     tracking: tuple[tuple[str, Any], ...] = ()
     role: str = "compared"  # compared | judge (scores others' samples; in no fit or gap)
     judge: str = ""  # the run that scores this run's samples: a sibling run id or a run directory
+    snapshot_steps: str = ""  # a WSD trunk: steps ("100,200") whose state its branches start from
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model_options", _freeze(self.model_options))
@@ -126,12 +132,13 @@ class RunSpec:
 
 UNHASHED_FIELDS = (
     "engine", "zero_stage", "compile", "deepspeed_config", "eval_every", "checkpoint_every", "keep_checkpoints",
-    "log_every", "eval_suite", "study", "variant", "tracking", "role", "judge",
+    "log_every", "eval_suite", "study", "variant", "tracking", "role", "judge", "snapshot_steps",
 )
 ROLES = ("compared", "judge")
 # Hashed fields added after run ids were first handed out: at these defaults they stay out of the
 # hash, so every run id from before they existed is unchanged.
-LATE_DEFAULTS: dict[str, Any] = {"text_field": "text"}
+LATE_DEFAULTS: dict[str, Any] = {"text_field": "text", "schedule": "cosine", "decay_fraction": 0.2,
+                                 "branch_from": "", "branch_step": 0}
 # Model options added after run ids were first handed out, at their defaults (models' option
 # schemas): left out of the hash the same way. pos: the position encoding (learned | rope).
 LATE_OPTION_DEFAULTS: dict[str, Any] = {"pos": "learned"}

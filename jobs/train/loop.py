@@ -39,6 +39,7 @@ from jobs.run.rng import rng_state, seed_everything, set_rng_state
 from jobs.run.lock import holding
 from jobs.run.spec import RunSpec
 from jobs.train.cli import build_parser, spec_from_args
+from jobs.train import wsd_branch
 from jobs.run.tracking import Progress, Tracker, measure_peak_flops, write_manifest
 from models.ema import EMA
 
@@ -53,10 +54,16 @@ def request_stop() -> None:
 
 
 def lr_at(step: int, spec: RunSpec) -> float:
-    """Linear warm-up over `warmup_steps`, then cosine from the peak to `min_lr_ratio` x peak."""
+    """Linear warm-up over `warmup_steps`, then cosine from the peak to `min_lr_ratio` x peak; or,
+    with `schedule = "wsd"`, the peak until the last `decay_fraction` of the steps and a linear
+    decay to the floor over them (warmup-stable-decay; every family alike)."""
     if step < spec.warmup_steps:
         return spec.lr * (step + 1) / spec.warmup_steps
     floor = spec.lr * spec.min_lr_ratio
+    if spec.schedule == "wsd":
+        decay = max(1, round(spec.decay_fraction * spec.steps))
+        start = spec.branch_step if spec.branch_from else max(spec.warmup_steps, spec.steps - decay)
+        return spec.lr - (spec.lr - floor) * min(1.0, max(0, step + 1 - start) / max(1, spec.steps - start))
     progress = (step - spec.warmup_steps) / max(1, spec.steps - spec.warmup_steps)
     return floor + 0.5 * (spec.lr - floor) * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
@@ -298,8 +305,11 @@ def loop(run: Run, stop_after: int | None, callbacks: Sequence[Callable[[Run], N
         for callback in callbacks:
             callback(run)
         stopping = engine.any(_STOP.is_set()) or (stop_after is not None and run.step - first >= stop_after)
-        if stopping or _due(run.step, spec.checkpoint_every, spec.steps):
+        snapshot = run.step in wsd_branch.snapshot_steps(spec)
+        if stopping or snapshot or _due(run.step, spec.checkpoint_every, spec.steps):
             save(run)
+        if snapshot and run.rank0:
+            wsd_branch.keep_snapshot(run.run_dir, run.step)
         if not stopping and _due(run.step, spec.eval_every, spec.steps):
             validate_and_log(run)
         if run.rank0:
@@ -368,7 +378,7 @@ def train(run_dir: str | Path, spec: RunSpec, *, max_steps_this_call: int | None
           callbacks: Sequence[Callable[[Run], None]] = ()) -> str:
     """Train (or resume) the run in `run_dir`; returns the final state: done|failed|preempted.
 
-    Bad input (see jobs.preflight: spec, model, memory, data, a run directory holding another
+    Bad input (see jobs.train.preflight: spec, model, memory, data, a run directory holding another
     run or not writable) raises `cli.InputError` before anything is written; another process
     training the run raises `RunBusy` (after `lock_wait_s`). `max_steps_this_call` stops (with a
     checkpoint, state "preempted") after that many steps; `request_stop()` does the same after
@@ -405,6 +415,9 @@ def train(run_dir: str | Path, spec: RunSpec, *, max_steps_this_call: int | None
 
 
 def _train(run: Run, stop_after: int | None, callbacks: Sequence[Callable[[Run], None]]) -> str:
+    if run.spec.branch_from and run.rank0:
+        wsd_branch.adopt_trunk(run.run_dir, run.spec)  # a cooldown branch starts from its trunk's state
+    run.engine.barrier()
     resume(run)
     if run.rank0:
         truncate_metrics(run.run_dir, run.step)
@@ -423,7 +436,7 @@ def _train(run: Run, stop_after: int | None, callbacks: Sequence[Callable[[Run],
 
 
 # ---------------------------------------------------------------------------------------------
-# Command line (flags and --set parsing live in jobs.train_cli)
+# Command line (flags and --set parsing live in jobs.train.cli)
 
 EXIT_CODES = {"done": 0, "failed": 1, "preempted": 3}
 

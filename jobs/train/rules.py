@@ -7,7 +7,7 @@ from pathlib import Path
 
 from jobs.train import checkpoint as ckpt
 from jobs.run.files import SPEC_FILE
-from jobs.run.spec import COMPILE_SETTINGS, ENGINES, PRECISIONS, ZERO_STAGES, RunSpec
+from jobs.run.spec import COMPILE_SETTINGS, ENGINES, PRECISIONS, SCHEDULES, ZERO_STAGES, RunSpec
 
 
 
@@ -28,6 +28,8 @@ def validate(spec: RunSpec) -> None:
          f"{spec.micro_batch_size} must divide batch_size {spec.batch_size} (0 = no accumulation)"),
         (0.0 <= spec.ema < 1.0, "ema", f"{spec.ema} must be in [0, 1) (0 = off)"),
         (0.0 <= spec.min_lr_ratio <= 1.0, "min_lr_ratio", f"{spec.min_lr_ratio} must be in [0, 1]"),
+        (spec.schedule in SCHEDULES, "schedule", f"{spec.schedule!r} is unknown; use one of {list(SCHEDULES)}"),
+        (0.0 < spec.decay_fraction <= 1.0, "decay_fraction", f"{spec.decay_fraction} must be in (0, 1]"),
         (spec.grad_clip > 0, "grad_clip", f"{spec.grad_clip} must be positive"),
         (spec.keep_checkpoints >= 1, "keep_checkpoints", f"{spec.keep_checkpoints} must be >= 1"),
         (spec.checkpoint_every >= 0, "checkpoint_every", f"{spec.checkpoint_every} must be >= 0"),

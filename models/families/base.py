@@ -148,6 +148,9 @@ class FamilyModel(nn.Module):
     GROUP_PREFIXES: dict[str, tuple[str, ...]] = {}
     n_extra_tokens = 0  # rows of the token table beyond the vocabulary (e.g. the MDM mask)
     MODULATION_GROUP = "target_cond"  # which group the core's adaLN projections belong to
+    # how many conditioning rows (adaLN inputs) a sequence carries: "token" (one per token) or
+    # "sequence" (one per sequence); `flops_per_token` charges the projections per row
+    COND_ROWS = "token"
 
     def __init__(self, shape: Shape, vocab_size: int, seq_len: int, options: dict, cond_dim: int = 0):
         super().__init__()
@@ -231,18 +234,29 @@ class FamilyModel(nn.Module):
         counts["family_non_embedding"] = counts["non_embedding"]
         return counts
 
-    def flops_per_token(self) -> int:
-        """Training FLOPs per token: 6 x (matmul weights incl. the head) + 6·L·n_ctx·d attention.
+    def flops_per_token(self) -> float:
+        """Training FLOPs per token (forward + backward = 3 x forward, Kaplan et al. 2020's count):
+        6 x the weights of every matmul (the core, a tied or untied head, and the family's own
+        projections) + 6·L·n_ctx·d for attention scores and mixing. Embedding lookups, adds,
+        norms and biases are free.
 
-        Conditioning projections (adaLN `modulation`, the time MLP) run once per position-table
-        row or per sequence, not per token, so they are left out (O(seq_len) per sequence).
+        Conditioning projections (the adaLN `modulation` Linears, the time MLP) are charged per
+        distinct conditioning row, which the family declares (`COND_ROWS`): "token" when every
+        token carries its own (AO-GPT's target positions: counted per token, as the network
+        defines it, although the code projects each position's row once per forward), "sequence"
+        when one row serves a whole sequence (MDM's noise level: 1 / seq_len of it per token).
         """
-        matmul = sum(m.weight.numel() for name, m in self.named_modules()
-                     if isinstance(m, nn.Linear) and "modulation" not in name and not name.startswith("time_"))
+        main = cond = 0
+        for name, m in self.named_modules():
+            if isinstance(m, nn.Linear):
+                is_cond = "modulation" in name or name.startswith("time_")
+                cond += m.weight.numel() if is_cond else 0
+                main += 0 if is_cond else m.weight.numel()
         if self.head is None:
-            matmul += self.shape.d_model * self.vocab_size  # tied head still multiplies
+            main += self.shape.d_model * self.vocab_size  # tied head still multiplies
         attention = self.shape.n_layer * self.seq_len * self.shape.d_model
-        return 6 * (matmul + attention)
+        per_row = 1.0 if self.COND_ROWS == "token" else 1.0 / self.seq_len
+        return 6.0 * (main + attention) + 6.0 * cond * per_row
 
     def loss(self, tokens: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """The family's training objective, mean nats per token."""

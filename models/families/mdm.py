@@ -43,6 +43,7 @@ class MDM(FamilyModel):
     }
     GROUP_PREFIXES = {"time_cond": ("time_mlp",)}
     MODULATION_GROUP = "time_cond"
+    COND_ROWS = "sequence"  # one noise level per sequence drives the time MLP and adaLN
     n_extra_tokens = 1
     SPEC = FamilySpec(metrics=("l2r", "elbo"), infill_context="prefix_suffix", default_arm={"loss": "mdlm"})
 

@@ -1,0 +1,296 @@
+"""Compute-optimal frontiers of isoFLOP studies (scaling.sweep `budgets`) and the training-compute
+multiplier at matched loss.
+
+Input: the records `analysis.selection` keeps (best swept settings per cell chosen on validation,
+values from the other splits). Per (family, variant, dataset, split, metric):
+
+- Approach 2 (Hoffmann et al. 2022, as SMDM's isoFLOP profiles): per budget C, OLS of the per-seed
+  losses on a parabola in x = ln N (N = the core's non-embedding parameters, `n_params`).
+  N_opt = exp(-b / 2c), L_opt = the vertex. Intervals: 2,000 draws of the coefficients from a
+  multivariate t with the fit's residual df (statsmodels' covariance), so they carry how far the
+  sizes stray from the parabola; a budget with 0 residual df is `saturated` (no interval), a vertex
+  outside the measured sizes is `edge` (not used downstream), c <= 0 is `no_minimum`. The exponent a
+  of N_opt ∝ C^a is the OLS slope of ln N_opt on ln C over the `ok` budgets; its interval is the
+  percentile interval of that slope over the same draws.
+- Approach 3: L(N, D) = E + A·N^-α + B·D^-β by least squares on ln L (D = training tokens), solved
+  by a grid over (α, β, E) with A, B linear, then polished (scipy least_squares). Its interval is
+  a residual bootstrap (residuals scaled by sqrt(n / df), t-calibrated) whose every resample is
+  solved by the same grid + polish; resamples ending at a bound are counted. df = n - 5.
+- Compute multipliers: k(L) = C_family(L) / C_AR(L) along the two Approach-2 frontiers (ln C
+  interpolated in L_opt between budgets by a monotone cubic), at loss levels inside both measured L_opt
+  ranges; without an overlap one level between them, linearly extended and `extrapolated: true`.
+  C is each family's own training FLOPs (`budget_flops`, planned with the family's FLOPs per token).
+"""
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+import statsmodels.api as sm
+from scipy.interpolate import PchipInterpolator
+from scipy.optimize import least_squares
+
+from analysis.gap import REFERENCE_FAMILY
+from analysis.stats import Q_HI, Q_LO
+
+ENTRY = ("family", "variant", "dataset", "split", "metric")
+N_DRAWS = 2000
+K_DRAWS = 1000  # of those, the ones k's interval is read from (one interpolation per draw and family)
+APPROACH3_MAX_RESAMPLES = 200  # every resample is a full grid + polish solve
+EXPONENT_BOUNDS = (0.01, 3.0)
+LOG_E_MIN = -20.0
+N_LOSS_LEVELS = 3
+
+
+def _ci(draws: np.ndarray) -> list[float | None]:
+    d = draws[np.isfinite(draws)]
+    if d.size < 0.5 * draws.size or d.size < 10:
+        return [None, None]
+    return [float(np.quantile(d, Q_LO)), float(np.quantile(d, Q_HI))]
+
+
+@dataclass
+class Profile:
+    """One budget's isoFLOP parabola."""
+
+    budget_flops: float
+    n_points: int
+    n_sizes: int
+    df: int
+    status: str
+    n_opt: float = math.nan
+    l_opt: float = math.nan
+    n_opt_draws: np.ndarray = field(default_factory=lambda: np.full(N_DRAWS, np.nan))
+    l_opt_draws: np.ndarray = field(default_factory=lambda: np.full(N_DRAWS, np.nan))
+    curve: tuple[float, float, float, float] = (math.nan, math.nan, math.nan, 0.0)  # a, b, c, x centre
+
+    def to_json(self) -> dict:
+        return {"budget_flops": self.budget_flops, "n_points": self.n_points, "n_sizes": self.n_sizes,
+                "df": self.df, "status": self.status,
+                "n_opt": {"value": _finite(self.n_opt), "ci95": _ci(self.n_opt_draws)},
+                "l_opt": {"value": _finite(self.l_opt), "ci95": _ci(self.l_opt_draws)}}
+
+
+def _finite(v: float) -> float | None:
+    return float(v) if v is not None and math.isfinite(v) else None
+
+
+def fit_profile(budget: float, n: np.ndarray, loss: np.ndarray, rng: np.random.Generator) -> Profile:
+    """Approach 2 at one budget: the parabola in ln N through the per-seed points."""
+    x = np.log(n)
+    centre = float(x.mean())
+    sizes = len(np.unique(n))
+    if sizes < 3:
+        return Profile(budget, len(x), sizes, 0, "too_few_sizes")
+    fit = sm.OLS(loss, np.column_stack([np.ones_like(x), x - centre, (x - centre) ** 2])).fit()
+    a, b, c = (float(v) for v in fit.params)
+    df = int(fit.df_resid)
+    prof = Profile(budget, len(x), sizes, df, "ok", curve=(a, b, c, centre))
+    if c <= 0:
+        prof.status = "no_minimum"
+        return prof
+    vertex = -b / (2 * c)
+    prof.n_opt, prof.l_opt = math.exp(centre + vertex), a - b * b / (4 * c)
+    if not x.min() - centre <= vertex <= x.max() - centre:
+        prof.status = "edge"
+    if df <= 0:
+        prof.status = "saturated" if prof.status == "ok" else prof.status
+        return prof
+    z = rng.multivariate_normal(np.zeros(3), fit.cov_params(), size=N_DRAWS, method="svd")
+    z /= np.sqrt(rng.chisquare(df, size=N_DRAWS) / df)[:, None]
+    da, db, dc = (fit.params[None, :] + z).T
+    with np.errstate(divide="ignore", invalid="ignore"):
+        good = dc > 0
+        prof.n_opt_draws = np.where(good, np.exp(centre - db / (2 * dc)), np.nan)
+        prof.l_opt_draws = np.where(good, da - db * db / (4 * dc), np.nan)
+    return prof
+
+
+def _exponent(profiles: list[Profile]) -> dict:
+    """a in N_opt ∝ C^a over the ok budgets, with its draw-based interval."""
+    ok = [p for p in profiles if p.status == "ok"]
+    if len(ok) < 2:
+        return {"value": None, "ci95": [None, None], "n_budgets": len(ok)}
+    lc = np.log([p.budget_flops for p in ok])
+    value = float(np.polyfit(lc, np.log([p.n_opt for p in ok]), 1)[0])
+    draws = np.log(np.column_stack([p.n_opt_draws for p in ok]))  # [draws, budgets]
+    xc = lc - lc.mean()
+    slopes = (draws - draws.mean(1, keepdims=True)) @ xc / (xc @ xc)
+    return {"value": value, "ci95": _ci(slopes), "n_budgets": len(ok)}
+
+
+# ---- Approach 3 --------------------------------------------------------------------------------
+_GRID_EXP = np.linspace(0.05, 1.5, 8)
+_GRID_E = (0.0, 0.3, 0.6, 0.8, 0.9, 0.97)  # fractions of the smallest loss
+
+
+def _model(theta: np.ndarray, ln_n: np.ndarray, ln_d: np.ndarray) -> np.ndarray:
+    log_e, log_a, log_b, alpha, beta = theta
+    return np.logaddexp.reduce([np.full_like(ln_n, log_e), log_a - alpha * ln_n, log_b - beta * ln_d], axis=0)
+
+
+def _grid_start(ln_n: np.ndarray, ln_d: np.ndarray, loss: np.ndarray) -> np.ndarray:
+    """The best θ of the grid: every (α, β) pair, every E fraction, A and B by least squares."""
+    pn, pd = np.exp(-np.outer(_GRID_EXP, ln_n)), np.exp(-np.outer(_GRID_EXP, ln_d))  # [G, n]
+    es = np.maximum(np.array(_GRID_E) * loss.min(), math.exp(LOG_E_MIN))  # [F]
+    rhs = loss[None, :] - es[:, None]  # [F, n]
+    best, start = math.inf, None
+    for i, alpha in enumerate(_GRID_EXP):
+        for j, beta in enumerate(_GRID_EXP):
+            design = np.stack([pn[i], pd[j]], 1)  # [n, 2]
+            coef = np.clip(np.linalg.lstsq(design, rhs.T, rcond=None)[0], 1e-12, None)  # [2, F]
+            fitted = np.log(es[None, :] + design @ coef)  # [n, F]
+            sse = ((fitted - np.log(loss)[:, None]) ** 2).sum(0)
+            f = int(np.argmin(sse))
+            if sse[f] < best:
+                best = float(sse[f])
+                start = np.array([math.log(es[f]), *np.log(coef[:, f]), alpha, beta])
+    return start
+
+
+def solve_nd(ln_n: np.ndarray, ln_d: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
+    """(θ = ln E, ln A, ln B, α, β; SSE on ln L): grid with A, B linear, then a bounded polish."""
+    lo = [LOG_E_MIN, -50, -50, EXPONENT_BOUNDS[0], EXPONENT_BOUNDS[0]]
+    hi = [float(y.min()), 50, 50, EXPONENT_BOUNDS[1], EXPONENT_BOUNDS[1]]
+    start = np.clip(_grid_start(ln_n, ln_d, np.exp(y)), lo, np.nextafter(np.array(hi), -np.inf))
+    out = least_squares(lambda t: _model(t, ln_n, ln_d) - y, start, bounds=(lo, hi), xtol=1e-12, ftol=1e-12)
+    return out.x, float(np.sum(out.fun ** 2))
+
+
+def _at_bound(theta: np.ndarray, y: np.ndarray) -> bool:
+    exps = theta[3:]
+    return bool(theta[0] <= LOG_E_MIN + 1e-6 or np.any(exps <= EXPONENT_BOUNDS[0] + 1e-6)
+                or np.any(exps >= EXPONENT_BOUNDS[1] - 1e-6) or theta[0] >= y.min() - 1e-9)
+
+
+def fit_nd(n: np.ndarray, d: np.ndarray, loss: np.ndarray, resamples: int, rng: np.random.Generator) -> dict:
+    """Approach 3 with its residual bootstrap; params E, A, B, alpha, beta with 95 % intervals."""
+    ln_n, ln_d, y = np.log(n), np.log(d), np.log(loss)
+    df = len(y) - 5
+    if len(np.unique(n)) < 3 or len(np.unique(d)) < 3 or df < 1:
+        return {"status": "saturated" if df < 1 else "too_few_points", "n_points": len(y), "df": df}
+    theta, sse = solve_nd(ln_n, ln_d, y)
+    fitted = _model(theta, ln_n, ln_d)
+    resid = (y - fitted) * math.sqrt(len(y) / df)
+    draws, at_bound = [], 0
+    for _ in range(min(resamples, APPROACH3_MAX_RESAMPLES)):
+        t, _ = solve_nd(ln_n, ln_d, fitted + rng.choice(resid, size=len(y), replace=True))
+        at_bound += _at_bound(t, y)
+        draws.append(t)
+    draws = np.array(draws).reshape(-1, 5)
+    values = {"E": np.exp(draws[:, 0]), "A": np.exp(draws[:, 1]), "B": np.exp(draws[:, 2]),
+              "alpha": draws[:, 3], "beta": draws[:, 4]}
+    point = dict(zip(("E", "A", "B", "alpha", "beta"), (*np.exp(theta[:3]), *theta[3:])))
+    a3 = values["beta"] / (values["alpha"] + values["beta"])
+    return {"status": "at_bound" if _at_bound(theta, y) else "ok", "n_points": len(y), "df": df,
+            "rss_log": sse, "resamples": len(draws), "resamples_at_bound": at_bound,
+            "params": {k: {"value": float(point[k]), "ci95": _ci(v)} for k, v in values.items()},
+            "n_opt_exponent": {"value": float(point["beta"] / (point["alpha"] + point["beta"])), "ci95": _ci(a3)}}
+
+
+# ---- frontier entries and multipliers ------------------------------------------------------------
+@dataclass
+class Entry:
+    """One (family, variant, dataset, split, metric) frontier."""
+
+    key: tuple
+    profiles: list[Profile]
+    exponent: dict
+    approach3: dict
+    points: pl.DataFrame  # per-seed points: budget_flops, n_params, tokens, value
+    multipliers: list[dict] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {**dict(zip(ENTRY, self.key)), "n_opt_exponent": self.exponent, "approach3": self.approach3,
+                "l_opt": [p.to_json() for p in self.profiles], "compute_multipliers": self.multipliers}
+
+
+def _frontier(entry: Entry) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ok = [p for p in entry.profiles if p.status == "ok"]
+    return (np.log([p.budget_flops for p in ok]), np.array([p.l_opt for p in ok]),
+            np.column_stack([p.l_opt_draws for p in ok]) if ok else np.empty((N_DRAWS, 0)))
+
+
+def _ln_c_at(levels: np.ndarray, ln_c: np.ndarray, l_opt: np.ndarray) -> np.ndarray:
+    """ln C where the frontier reaches each level: a monotone cubic (PCHIP) through the budgets'
+    (L_opt, ln C) inside their range (straight lines between budgets would cut the frontier's
+    curvature: 5 % off k at budgets 3x apart on a planted law), extended linearly from the nearer
+    end outside it; NaN when the frontier is not decreasing in C."""
+    order = np.argsort(l_opt)
+    ls, cs = l_opt[order], ln_c[order]
+    if len(ls) < 2 or not np.all(np.isfinite(ls)) or np.any(np.diff(ls) <= 0) or np.any(np.diff(cs) >= 0):
+        return np.full(len(levels), np.nan)
+    inside = PchipInterpolator(ls, cs)(np.clip(levels, ls[0], ls[-1]))
+    slope_lo, slope_hi = (cs[1] - cs[0]) / (ls[1] - ls[0]), (cs[-1] - cs[-2]) / (ls[-1] - ls[-2])
+    return np.where(levels < ls[0], cs[0] + (levels - ls[0]) * slope_lo,
+                    np.where(levels > ls[-1], cs[-1] + (levels - ls[-1]) * slope_hi, inside))
+
+
+def multipliers(ref: Entry, other: Entry) -> list[dict]:
+    """k = C_other / C_ref at matched loss along the two frontiers, with draw intervals."""
+    rc, rl, rd = _frontier(ref)
+    oc, ol, od = _frontier(other)
+    if len(rl) < 2 or len(ol) < 2:
+        return []
+    lo, hi = max(rl.min(), ol.min()), min(rl.max(), ol.max())
+    extrapolated = not lo <= hi
+    levels = np.array([(lo + hi) / 2] if extrapolated else np.linspace(lo, hi, N_LOSS_LEVELS))
+    ln_k = _ln_c_at(levels, oc, ol) - _ln_c_at(levels, rc, rl)
+    draws = np.array([_ln_c_at(levels, oc, od[i]) - _ln_c_at(levels, rc, rd[i]) for i in range(K_DRAWS)])
+    return [{"loss": float(level), "k": math.exp(ln_k[j]),
+             "ci95": [None if v is None else math.exp(v) for v in _ci(draws[:, j])],
+             "extrapolated": bool(extrapolated), "reference": REFERENCE_FAMILY} for j, level in enumerate(levels)]
+
+
+def _points(frame: pl.DataFrame) -> pl.DataFrame:
+    """Per-seed points (mean over duplicate runs of a size, seed and budget)."""
+    return (frame.group_by("budget_flops", "size", "seed")
+            .agg(pl.col("n_params").first(), pl.col("tokens").mean(), pl.col("value").mean())
+            .sort("budget_flops", "n_params", "seed"))
+
+
+def entry_for(key: tuple, frame: pl.DataFrame, resamples: int, seed: int) -> Entry:
+    """Approach 2 and 3 for one entry's records."""
+    rng = np.random.default_rng([seed, zlib.crc32(repr(key).encode())])
+    pts = _points(frame)
+    profiles = []
+    for (budget,), part in pts.group_by(["budget_flops"], maintain_order=True):
+        profiles.append(fit_profile(float(budget), part["n_params"].to_numpy().astype(float),
+                                    part["value"].to_numpy(), rng))
+    a3 = fit_nd(pts["n_params"].to_numpy().astype(float), pts["tokens"].to_numpy().astype(float),
+                pts["value"].to_numpy(), resamples, rng)
+    return Entry(key, profiles, _exponent(profiles), a3, pts)
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """Every frontier entry of a study plus the warnings it raises."""
+
+    entries: tuple[Entry, ...]
+    warnings: tuple[str, ...]
+
+
+def analyse(reported: pl.DataFrame, resamples: int, seed: int = 0) -> Frontier:
+    """Frontier entries of the records planned by budget (none when no run has `budget_flops`)."""
+    if "budget_flops" not in reported.columns:
+        return Frontier((), ())
+    planned = reported.filter(pl.col("budget_flops").is_not_null() & pl.col("m").is_null()
+                              & pl.col("value").is_finite() & (pl.col("value") > 0))
+    entries = {tuple(k): entry_for(tuple(k), part, resamples, seed)
+               for k, part in sorted(planned.group_by(list(ENTRY)), key=lambda kv: tuple(map(str, kv[0])))}
+    warnings = []
+    for key, e in entries.items():
+        ref = entries.get((REFERENCE_FAMILY, *_ref_variant(entries, key), *key[2:]))
+        if ref is not None and key[0] != REFERENCE_FAMILY:
+            e.multipliers = multipliers(ref, e)
+        warnings += [f"{'/'.join(map(str, key))}: isoFLOP minimum at C={p.budget_flops:.3g} lies outside its "
+                     "sizes; widen the grid" for p in e.profiles if p.status == "edge"]
+    return Frontier(tuple(entries.values()), tuple(warnings))
+
+
+def _ref_variant(entries: dict, key: tuple) -> tuple:
+    variants = sorted({k[1] for k in entries if k[0] == REFERENCE_FAMILY and k[2:] == key[2:]})
+    return (variants[0],) if variants else ("",)

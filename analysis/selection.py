@@ -1,0 +1,107 @@
+"""Best-per-cell selection over swept run settings, on the validation split only.
+
+A study that sweeps run settings (scaling.sweep: `sweep_<name>` record columns) trains several
+candidates per cell. A cell is (family, variant, dataset, metric, size, budget): the budget is
+the run's `budget_flops` when its plan set one, else the tokens its plan asked for
+(`plan_tokens`), else its tokens. Per cell and metric the candidate (one combination of swept
+values) with the lowest seed-mean value on `SELECTION_SPLIT` of the study's corpus is chosen
+(metrics measured per M follow the choice made on FALLBACK_METRIC); its runs' values on every *other*
+split are what gets reported and fitted, so selection cannot flatter them. A chosen value at
+either end of its swept range is a warning naming the cell ("widen the sweep").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+SELECTION_SPLIT = "validation"
+SWEEP_PREFIX = "sweep_"
+CELL = ("family", "variant", "dataset", "metric", "size", "cell_budget")
+# Metrics with no selection of their own (the ensemble's per-M rows) follow the runs chosen on this one.
+FALLBACK_METRIC = "nll_l2r"
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The chosen candidate per cell, the records to report, and warnings."""
+
+    chosen: pl.DataFrame  # one row per cell: CELL, sweep_* values, val_mean, n_seeds, n_candidates
+    reported: pl.DataFrame  # records of the chosen runs on the reported split(s)
+    warnings: tuple[str, ...]
+    notes: tuple[str, ...]
+
+
+def sweep_columns(frame: pl.DataFrame) -> list[str]:
+    """The swept settings present in the records."""
+    return sorted(c for c in frame.columns if c.startswith(SWEEP_PREFIX))
+
+
+def with_cell_budget(frame: pl.DataFrame) -> pl.DataFrame:
+    """Add `cell_budget`: budget_flops, else plan_tokens, else tokens (as a float)."""
+    parts = [pl.col(c).cast(pl.Float64) for c in ("budget_flops", "plan_tokens") if c in frame.columns]
+    return frame.with_columns(pl.coalesce(*parts, pl.col("tokens").cast(pl.Float64)).alias("cell_budget"))
+
+
+def _label(row: dict) -> str:
+    budget = f"C={row['cell_budget']:.3g}" if row.get("budget_flops") is not None else f"D={row['cell_budget']:.3g}"
+    return f"{row['family']}/{row['variant']} {row['size']} {budget} {row['metric']} ({row['dataset']})"
+
+
+def _edges(chosen: pl.DataFrame, candidates: pl.DataFrame, sweeps: list[str]) -> list[str]:
+    """'widen the sweep' warnings: a chosen value at an end of the values swept in its cell."""
+    out = []
+    ranges = candidates.group_by(CELL).agg(*[pl.col(s).min().alias(f"{s}_lo") for s in sweeps],
+                                           *[pl.col(s).max().alias(f"{s}_hi") for s in sweeps],
+                                           *[pl.col(s).n_unique().alias(f"{s}_n") for s in sweeps])
+    for row in chosen.join(ranges, on=list(CELL), nulls_equal=True).iter_rows(named=True):
+        for s in sweeps:
+            value, lo, hi, n = row[s], row[f"{s}_lo"], row[f"{s}_hi"], row[f"{s}_n"]
+            if value is not None and n > 1 and value in (lo, hi):
+                side = "lowest" if value == lo else "highest"
+                out.append(f"{_label(row)}: best {s[len(SWEEP_PREFIX):]}={value:g} is the {side} value swept; "
+                           "widen the sweep")
+    return out
+
+
+def _reported_rows(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """Per dataset, its rows on splits other than SELECTION_SPLIT, or its SELECTION_SPLIT rows
+    when it has no other split (noted: those numbers are the ones a sweep's selection minimised)."""
+    parts, bare = [], []
+    for (dataset,), part in frame.group_by(["dataset"], maintain_order=True):
+        other = part.filter(pl.col("split") != SELECTION_SPLIT)
+        parts.append(other if not other.is_empty() else part)
+        bare += [] if not other.is_empty() else [str(dataset)]
+    return (pl.concat(parts, how="diagonal_relaxed") if parts else frame), bare
+
+
+def select(final: pl.DataFrame) -> Selection:
+    """Choose per cell on SELECTION_SPLIT of the study's corpus (the dataset with the most
+    SELECTION_SPLIT records); report the chosen runs on every dataset's other splits."""
+    frame = with_cell_budget(final)
+    sweeps = sweep_columns(frame)
+    reported, bare = _reported_rows(frame)
+    val = frame.filter(pl.col("split") == SELECTION_SPLIT)
+    if not sweeps or val.is_empty():
+        return Selection(pl.DataFrame(), reported.drop("cell_budget"), (), ())
+    notes = [f"{', '.join(bare)}: no split beside {SELECTION_SPLIT}, so its reported values are the ones "
+             "selection minimised (optimistic); evaluate a test split"] if bare else []
+    corpus = val.group_by("dataset").len().sort(["len", "dataset"], descending=[True, False])["dataset"][0]
+    val = val.filter((pl.col("dataset") == corpus) & pl.col("m").is_null())
+    candidates = (val.group_by([*CELL, *sweeps]).agg(pl.col("value").mean().alias("val_mean"),
+                                                     pl.col("seed").n_unique().alias("n_seeds"),
+                                                     pl.col("run_id").unique().alias("run_ids"),
+                                                     pl.col("budget_flops").first() if "budget_flops" in val.columns
+                                                     else pl.lit(None).alias("budget_flops"))
+                  .sort([*CELL, "val_mean", *sweeps], nulls_last=True))
+    counts = candidates.group_by(CELL).agg(pl.len().alias("n_candidates"))
+    chosen = candidates.group_by(CELL, maintain_order=True).first().join(counts, on=list(CELL), nulls_equal=True)
+    keep = chosen.select("metric", pl.col("run_ids").alias("run_id")).explode("run_id")
+    fallback = keep.filter(pl.col("metric") == FALLBACK_METRIC).select("run_id")
+    selected = reported.filter(pl.col("metric").is_in(keep["metric"].unique().to_list()))
+    reported = pl.concat([selected.join(keep, on=["run_id", "metric"], how="semi"),
+                          reported.join(selected.select("metric").unique(), on="metric", how="anti")
+                          .join(fallback, on="run_id", how="semi")], how="diagonal_relaxed")
+    return Selection(chosen.drop("run_ids").sort(["family", "variant", "dataset", "metric", "cell_budget", "size"]),
+                     reported.drop("cell_budget"),
+                     tuple(_edges(chosen, candidates, sweeps)), tuple(notes))

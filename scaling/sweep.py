@@ -1,0 +1,323 @@
+"""Study axes beyond sizes x seeds: hyperparameter sweeps and plans along compute.
+
+`expand` turns a study's arms into runs. Without the settings below it is the plain grid
+(size-major, then seed, then arm: the order and run ids studies always had). With them:
+
+- `sweep`: run settings swept as ordinary runs, each value its own run id; every run carries a
+  `sweep_<name>` tag (a record column). TOML `[sweep] lr = [1e-3, 3e-3]`, per family
+  `[sweep.mdm] lr = [...]` (replaces the study-wide list of that setting for that family),
+  `at_budget = 1e12` (sweep only at that compute budget; the other budgets run the study's value
+  or the one the study file sets). CLI: `--sweep lr=1e-3,3e-3` and `--sweep mdm:lr=...`.
+- `budgets` (training FLOPs, `--budgets 1e12,3e12,1e13`): isoFLOP profiles. Per arm and budget,
+  `grid_points` sizes (default 5) spaced by `grid_step` (default 2x in core parameters) on a log
+  grid centred on the predicted optimum, shapes from `models.ladder.shape_for_params`; each run's
+  tokens = budget / that family's training FLOPs per token (`FamilyModel.flops_per_token`).
+  The predicted optimum is the size at which a run of `CHINCHILLA_TOKENS_PER_PARAM` tokens per
+  core parameter spends the budget. `optimum_seeds`: seeds of the central `optimum_span` grid
+  points (default: the study's seeds everywhere).
+- `branches` (fractions of each run's steps, e.g. [0.25, 0.5]; needs `[run] schedule = "wsd"`):
+  WSD cooldown branches (jobs.train.wsd_branch). Each run is a trunk; at each fraction a branch takes
+  its state and decays over `branch_decay` (default 0.2) of the tokens seen so far, evaluated as
+  its own point; it costs its decay tokens only.
+- `tokens_per_param` given as a list (`--tokens-per-param 4,8,16,32`): the data axis at fixed
+  sizes, one run per value.
+Runs planned by budget carry `budget_flops`, every planned run `plan_tokens` (the tokens the plan
+asked for before rounding to whole steps): selection's cell key (analysis.frontier).
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from models.ladder import core_params, shape_for_params, train_flops_per_token
+
+from .recipes import CHINCHILLA_TOKENS_PER_PARAM, Budget
+
+SWEEP_PREFIX = "sweep_"
+# swept name -> (where it goes, the field): budget fields go through the rung's schedule (a batch
+# sweep keeps each run's tokens, so its steps change), run fields are set on the RunSpec.
+SWEEPABLE: dict[str, tuple[str, str]] = {
+    "lr": ("budget", "lr"), "warmup": ("budget", "warmup_steps"), "batch_size": ("budget", "batch_size"),
+    "beta1": ("run", "beta1"), "beta2": ("run", "beta2"), "weight_decay": ("run", "weight_decay"),
+    "min_lr_ratio": ("run", "min_lr_ratio"),
+}
+INT_SETTINGS = ("warmup", "batch_size")
+AXIS_KEYS = ("sweep", "budgets", "grid_points", "grid_step", "optimum_seeds", "optimum_span", "branches",
+             "branch_decay")
+DEFAULT_BRANCH_DECAY = 0.2  # a branch decays over this share of the tokens its trunk had seen
+DEFAULT_GRID_POINTS = 5
+DEFAULT_GRID_STEP = 2.0
+MIN_GRID_POINTS = 5  # an isoFLOP parabola needs curvature on both sides of its minimum
+OPTIMUM_BISECTIONS = 14  # ln(1e10) / 2^14: the predicted optimum to 0.15 %, finer than shapes snap
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """Swept settings: study-wide lists, per-family replacements, and an optional budget."""
+
+    common: tuple[tuple[str, tuple[float, ...]], ...] = ()
+    per_family: tuple[tuple[str, tuple[tuple[str, tuple[float, ...]], ...]], ...] = ()
+    at_budget: float | None = None
+
+    def axes(self, family: str) -> dict[str, tuple[float, ...]]:
+        """name -> values for one family (its own lists replace the study-wide ones)."""
+        return {**dict(self.common), **dict(dict(self.per_family).get(family, ()))}
+
+    def combos(self, family: str, budget_flops: float | None) -> list[dict[str, float]]:
+        """Every combination of swept values for this family at this budget ([{}] when none)."""
+        axes = self.axes(family)
+        if not axes or (self.at_budget is not None and budget_flops != self.at_budget):
+            return [{}]
+        names = sorted(axes)
+        return [dict(zip(names, values)) for values in itertools.product(*(axes[n] for n in names))]
+
+
+def _values(name: str, raw: Any) -> tuple[float, ...]:
+    if name not in SWEEPABLE:
+        raise ValueError(f"sweep: unknown setting {name!r}; sweepable: {', '.join(SWEEPABLE)}")
+    items = [v.strip() for v in raw.split(",") if v.strip()] if isinstance(raw, str) else raw
+    if not isinstance(items, (list, tuple)) or not items:
+        raise ValueError(f"sweep: {name} needs a list of values, e.g. {name} = [1e-3, 3e-3, 1e-2]")
+    try:
+        values = tuple(float(v) for v in items)
+    except (TypeError, ValueError):
+        raise ValueError(f"sweep: {name} values must be numbers, got {items!r}") from None
+    if any(not v > 0 or not math.isfinite(v) for v in values) or len(set(values)) != len(values):
+        raise ValueError(f"sweep: {name} values must be distinct positive numbers, got {list(values)}")
+    if name in INT_SETTINGS and any(v != int(v) for v in values):
+        raise ValueError(f"sweep: {name} values must be whole numbers, got {list(values)}")
+    return tuple(sorted(int(v) if name in INT_SETTINGS else v for v in values))
+
+
+def parse_sweep(value: Any, families: set[str]) -> Sweep:
+    """A TOML `[sweep]` table or a list of CLI `[family:]name=v,v,...` strings; ValueError on bad input."""
+    if value is None or value == {} or value == []:
+        return Sweep()
+    table: dict[str, Any] = {}
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            key, sep, raw = str(item).partition("=")
+            if not sep:
+                raise ValueError(f"sweep: {item!r} is not NAME=V,V,...; e.g. --sweep lr=1e-3,3e-3,1e-2")
+            family, _, name = key.strip().rpartition(":")
+            (table.setdefault(family, {}) if family else table)[name] = raw
+    elif isinstance(value, dict):
+        table = dict(value)
+    else:
+        raise ValueError(f"sweep: expected a table of lists, got {value!r}")
+    at_budget = table.pop("at_budget", None)
+    if at_budget is not None and not (isinstance(at_budget, (int, float)) and at_budget > 0):
+        raise ValueError(f"sweep: at_budget must be a positive number of FLOPs, got {at_budget!r}")
+    common, per_family = {}, {}
+    for key, raw in table.items():
+        if isinstance(raw, dict):
+            if key not in families:
+                raise ValueError(f"sweep: {key!r} is not a family of this study; valid: {', '.join(sorted(families))}")
+            per_family[key] = tuple(sorted((n, _values(n, v)) for n, v in raw.items()))
+        else:
+            common[key] = _values(key, raw)
+    return Sweep(tuple(sorted(common.items())), tuple(sorted(per_family.items())),
+                 None if at_budget is None else float(at_budget))
+
+
+def parse_numbers(key: str, value: Any) -> list[float] | None:
+    """A comma-separated string, a number or a list of positive numbers; None when absent."""
+    if value is None:
+        return None
+    items = [v for v in str(value).split(",") if v.strip()] if isinstance(value, (str, int, float)) else value
+    try:
+        numbers = [float(v) for v in items]
+    except (TypeError, ValueError):
+        raise ValueError(f"{key}: expected positive numbers such as 1e12,3e12,1e13, got {value!r}") from None
+    if not numbers or any(not n > 0 or not math.isfinite(n) for n in numbers):
+        raise ValueError(f"{key}: expected positive numbers such as 1e12,3e12,1e13, got {value!r}")
+    return numbers
+
+
+def _positive(settings: dict, key: str, default: Any, kind: type) -> Any:
+    value = settings.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 or (kind is int and value != int(value)):
+        raise ValueError(f"{key}: must be a positive {'integer' if kind is int else 'number'}, got {value!r}")
+    return kind(value)
+
+
+# ---- planning along compute ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Point:
+    """One planned run before its sweep values: where it sits and what it trains for."""
+
+    arm: Any
+    options: dict
+    size: str
+    seed: int
+    budget: Budget
+    tags: tuple[tuple[str, Any], ...] = ()
+
+
+FlopsPerToken = Callable[[str, dict, str], float]  # (family, options, size) -> training FLOPs per token
+
+
+def _bisect_optimum(budget_flops: float, per_token: Callable[[Any], float]) -> float:
+    """N at which N x CHINCHILLA_TOKENS_PER_PARAM tokens at `per_token(shape)` spend the budget."""
+    lo, hi = math.log(1e3), math.log(1e13)
+    for _ in range(OPTIMUM_BISECTIONS):
+        mid = (lo + hi) / 2
+        shape = shape_for_params(math.exp(mid))
+        spent = per_token(shape) * CHINCHILLA_TOKENS_PER_PARAM * core_params(shape)
+        lo, hi = (mid, hi) if spent < budget_flops else (lo, mid)
+    return math.exp((lo + hi) / 2)
+
+
+def predicted_optimum(budget_flops: float, family: str, options: dict, fpt: FlopsPerToken,
+                      analytic: Callable[[Any], float]) -> float:
+    """Core parameters N at which N x CHINCHILLA_TOKENS_PER_PARAM tokens spend `budget_flops`
+    under the family's own FLOPs per token. Bisection in ln N over the continuous shapes on the
+    analytic core count (`analytic(shape)`), scaled by the family's measured ratio to it at the
+    first estimate (one model built instead of one per step; the ratio varies slowly with size)."""
+    first = shape_for_params(_bisect_optimum(budget_flops, analytic))
+    ratio = fpt(family, options, first.label) / analytic(first)
+    return _bisect_optimum(budget_flops, lambda shape: ratio * analytic(shape))
+
+
+def grid_sizes(n_opt: float, points: int, step: float) -> list[str]:
+    """`points` distinct custom shapes on a log grid of ratio `step` in core parameters centred on
+    n_opt, smallest first. Where rounding to whole shapes merges neighbours (the tiniest widths),
+    the grid grows outward, alternately above and below, until it has `points` shapes."""
+    sizes: list[str] = []
+    for k in range(4 * points):
+        for offset in ((k,) if k == 0 else (k, -k)):
+            label = shape_for_params(n_opt * step ** offset).label
+            if label not in sizes and len(sizes) < points:
+                sizes.append(label)
+    return sorted(sizes, key=core_params_of)
+
+
+def budget_points(settings: dict, arms: list, seeds: int, budget: Budget, fpt: FlopsPerToken,
+                  analytic: Callable[[Any], float]) -> list[Point]:
+    """isoFLOP profiles: per budget and arm, a log grid of sizes around the predicted optimum."""
+    points_n = _positive(settings, "grid_points", DEFAULT_GRID_POINTS, int)
+    if points_n < MIN_GRID_POINTS:
+        raise ValueError(f"grid_points: an isoFLOP profile needs at least {MIN_GRID_POINTS} sizes, got {points_n}")
+    step = _positive(settings, "grid_step", DEFAULT_GRID_STEP, float)
+    if step <= 1:
+        raise ValueError(f"grid_step: must exceed 1 (a ratio of core parameters), got {step}")
+    extra_seeds = _positive(settings, "optimum_seeds", seeds, int)
+    span = _positive(settings, "optimum_span", 1, int)
+    out = []
+    for flops in parse_numbers("budgets", settings["budgets"]):
+        for arm, options in arms:
+            sizes = grid_sizes(predicted_optimum(flops, arm.family, options, fpt, analytic), points_n, step)
+            centre = (len(sizes) - 1) / 2
+            for i, size in enumerate(sizes):
+                tokens = max(1, int(flops / fpt(arm.family, options, size)))
+                n_seeds = extra_seeds if abs(i - centre) <= (span - 1) / 2 + 1e-9 else seeds
+                tags = (("budget_flops", flops), ("plan_tokens", tokens))
+                out += [Point(arm, options, size, seed, replace(budget, tokens=tokens, max_tokens=None), tags)
+                        for seed in range(n_seeds)]
+    return out
+
+
+def data_points(sizes: list[str], ratios: list[float], arms: list, seeds: int, budget: Budget) -> list[Point]:
+    """The data axis at fixed sizes: one run per tokens-per-parameter value."""
+    out = []
+    for size in sizes:
+        for ratio in ratios:
+            tokens = max(1, round(ratio * core_params_of(size)))
+            for seed in range(seeds):
+                out += [Point(arm, options, size, seed, replace(budget, tokens_per_param=ratio),
+                              (("plan_tokens", tokens),)) for arm, options in arms]
+    return out
+
+
+def core_params_of(size: str) -> int:
+    """Core parameters of a ladder name or custom shape."""
+    from models.ladder import get_shape  # noqa: PLC0415 - keeps the import list short
+
+    return core_params(get_shape(size))
+
+
+def grid_points(settings: dict, arms: list, seeds: int, budget: Budget) -> list[Point]:
+    """The plain grid: size-major, then seed, then arm."""
+    return [Point(arm, options, size, seed, budget) for size in settings["sizes"] for seed in range(seeds)
+            for arm, options in arms]
+
+
+def family_fpt(settings: dict) -> tuple[FlopsPerToken, Callable[[Any], float]]:
+    """Training FLOPs per token of (family, options, size) at the study's tokenizer and context,
+    and the analytic core count of a shape (models.ladder) at the same."""
+    from .accounting import family_accounting, vocab_of  # noqa: PLC0415 - builds models (torch)
+
+    vocab, seq_len = vocab_of(settings["tokenizer"]), settings["seq_len"]
+    return (lambda family, options, size: family_accounting(family, size, json.dumps(options, sort_keys=True),
+                                                            vocab, seq_len)[1],
+            lambda shape: float(train_flops_per_token(shape, seq_len, vocab)))
+
+
+def plan(settings: dict, arms: list, seeds: int, budget: Budget, ratios: list[float] | None) -> list[Point]:
+    """The study's points: isoFLOP profiles, the data axis, or the plain grid."""
+    if settings.get("budgets") is not None:
+        return budget_points(settings, arms, seeds, budget, *family_fpt(settings))
+    if ratios is not None and len(ratios) > 1:
+        return data_points(settings["sizes"], ratios, arms, seeds, budget)
+    return grid_points(settings, arms, seeds, budget)
+
+
+# ---- the hook --------------------------------------------------------------------------------------
+Make = Callable[[Any, dict, str, int, Budget, dict, dict], Any]  # -> a study Cell
+
+
+def budget_settings(settings: dict) -> dict:
+    """The settings the study's Budget reads: a list-valued `tokens_per_param` (the data axis)
+    contributes its first value (each point sets its own)."""
+    ratios = parse_numbers("tokens_per_param", settings.get("tokens_per_param"))
+    return settings if ratios is None else {**settings, "tokens_per_param": ratios[0]}
+
+
+def expand(settings: dict, arms: list, seeds: int, budget: Budget, make: Make) -> list:
+    """Every run of the study as a Cell (see the module docstring). `make(arm, options, size, seed,
+    budget, run_fields, tags)` builds one."""
+    ratios = parse_numbers("tokens_per_param", settings.get("tokens_per_param"))
+    sweep = parse_sweep(settings.get("sweep"), {arm.family for arm, _ in arms})
+    cells = []
+    for point in plan(settings, arms, seeds, budget, ratios):
+        tags = dict(point.tags)
+        for combo in sweep.combos(point.arm.family, tags.get("budget_flops")):
+            run_budget, run_fields = point.budget, {}
+            for name, value in combo.items():
+                where, field = SWEEPABLE[name]
+                if where == "budget":
+                    run_budget = replace(run_budget, **{field: value})
+                else:
+                    run_fields[field] = value
+            combo_tags = {**tags, **{SWEEP_PREFIX + name: value for name, value in combo.items()}}
+            cells.append(make(point.arm, point.options, point.size, point.seed, run_budget, run_fields, combo_tags))
+    return with_branches(cells, settings)
+
+
+def with_branches(cells: list, settings: dict) -> list:
+    """Each trunk followed by its WSD cooldown branches (see the module docstring)."""
+    fractions = parse_numbers("branches", settings.get("branches"))
+    if not fractions:
+        return cells
+    if any(f >= 1 for f in fractions):
+        raise ValueError(f"branches: fractions of a run's steps must be below 1, got {fractions}")
+    decay = _positive(settings, "branch_decay", DEFAULT_BRANCH_DECAY, float)
+    out = []
+    for cell in cells:
+        spec = cell.spec
+        if spec.schedule != "wsd":
+            raise ValueError('branches: cooldown branches need the WSD schedule; set [run] schedule = "wsd"')
+        points = sorted({max(1, round(f * spec.steps)) for f in fractions})
+        trunk = spec.replace(snapshot_steps=",".join(map(str, points)))
+        out.append(type(cell)(trunk, cell.factors, trunk.run_id))
+        for step in points:
+            steps = step + max(1, round(decay * step))
+            tracking = {**dict(spec.tracking), "plan_tokens": steps * spec.batch_size * spec.seq_len,
+                        "branch_step": step}
+            branch = spec.replace(branch_from=spec.run_id, branch_step=step, steps=steps, tracking=tracking)
+            out.append(type(cell)(branch, cell.factors, branch.run_id))
+    return out

@@ -1,0 +1,75 @@
+"""Selection on validation and the frontier fits on planted (N, D) laws (analysis.selection/frontier)."""
+from __future__ import annotations
+
+import pytest
+
+from analysis import frontier, selection
+from tests.analysis import frontier_synth as fs
+
+
+@pytest.fixture(scope="module")
+def planted():
+    """Seed 2 of the planted study, selected and fitted once for the tests below."""
+    sel = selection.select(fs.records(seed=2))
+    return sel, frontier.analyse(sel.reported, resamples=25, seed=0)
+
+
+def _inside(value, ci):
+    return ci[0] is not None and ci[0] <= value <= ci[1]
+
+
+def test_selection_picks_the_best_lr_everywhere_and_reports_test(planted):
+    sel, _ = planted
+    assert sel.chosen["sweep_lr"].unique().to_list() == [fs.BEST_LR]
+    assert sel.chosen["n_candidates"].unique().to_list() == [len(fs.LRS)]
+    assert sel.warnings == () and set(sel.reported["split"].unique()) == {"test"}
+    assert sel.reported["sweep_lr"].unique().to_list() == [fs.BEST_LR]
+
+
+def test_selection_uses_only_validation_when_the_splits_disagree():
+    # validation favours lr 1e-3, test favours 1e-2: selection must follow validation alone
+    shifts = {("validation", 1e-3): -0.05, ("test", 1e-2): -0.08}
+    recs = fs.records(seed=1, split_noise=shifts)
+    sel = selection.select(recs)
+    assert sel.chosen["sweep_lr"].unique().to_list() == [1e-3]
+    assert sel.reported["sweep_lr"].unique().to_list() == [1e-3]
+    best_test = recs.filter(split="test", sweep_lr=1e-2)["value"].mean()
+    assert sel.reported["value"].mean() > best_test  # test numbers were not allowed to choose
+    assert len(sel.warnings) == sel.chosen.height and all("widen the sweep" in w and "lowest" in w
+                                                          for w in sel.warnings)
+
+
+def test_approach_2_recovers_the_n_opt_exponent(planted):
+    _, front = planted
+    assert len(front.entries) == 2
+    for entry in front.entries:
+        assert entry.exponent["n_budgets"] == len(fs.BUDGETS)
+        assert _inside(fs.TRUE_EXPONENT, entry.exponent["ci95"]), entry.exponent
+        assert all(p.status == "ok" and p.df == 10 - 3 for p in entry.profiles)
+
+
+def test_approach_3_recovers_the_law(planted):
+    _, front = planted
+    truth = {"ar": fs.LAW, "aogpt": {**fs.LAW, "B": fs.LAW["B"] * fs.MULTIPLIER ** fs.LAW["beta"]}}
+    for entry in front.entries:
+        a3 = entry.approach3
+        assert a3["status"] == "ok" and a3["df"] == 50 - 5 and a3["resamples"] == 25
+        for name, value in truth[entry.key[0]].items():
+            assert _inside(value, a3["params"][name]["ci95"]), (entry.key[0], name, a3["params"][name])
+
+
+def test_the_compute_multiplier_is_recovered_inside_the_measured_range(planted):
+    _, front = planted
+    (other,) = [e for e in front.entries if e.key[0] == "aogpt"]
+    ks = other.multipliers
+    assert len(ks) == frontier.N_LOSS_LEVELS and not any(k["extrapolated"] for k in ks)
+    assert all(_inside(fs.MULTIPLIER, k["ci95"]) for k in ks), ks
+
+
+def test_frontiers_that_do_not_overlap_give_an_extrapolated_k():
+    recs = fs.records(seed=0, seeds=1)
+    far = recs.filter(~((recs["family"] == "aogpt") & (recs["budget_flops"] < 3e13)))
+    far = far.filter(~((far["family"] == "ar") & (far["budget_flops"] > 3e12)))
+    front = frontier.analyse(selection.select(far).reported, resamples=0)
+    (other,) = [e for e in front.entries if e.key[0] == "aogpt"]
+    assert [k["extrapolated"] for k in other.multipliers] == [True]

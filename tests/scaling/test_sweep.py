@@ -1,0 +1,116 @@
+"""Study axes (scaling.sweep): swept run settings, isoFLOP plans and the data axis."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from jobs.eval.records import run_context
+from models.ladder import core_params, get_shape
+from scaling import launch
+from scaling.plan import plan_rows
+from scaling.study import build_study, load_toml
+from scaling.sweep import grid_sizes
+
+BASE = {"families": "ar,mdm", "sizes": "0.1M", "seeds": 1, "seq_len": 32, "batch_size": 32}
+
+
+def _by(study, *keys):
+    return sorted(tuple(getattr(c.spec, k) for k in keys) for c in study.cells)
+
+
+def test_each_swept_value_is_its_own_run_and_toml_equals_the_flag(tmp_path):
+    flag = build_study({**BASE, "sweep": ["lr=1e-3,3e-3,1e-2"]})
+    (tmp_path / "s.toml").write_text('[sweep]\nlr = [1e-2, 1e-3, 3e-3]\n')
+    toml = build_study(BASE, load_toml(tmp_path / "s.toml"))
+    assert sorted(flag.run_ids) == sorted(toml.run_ids) and len(set(flag.run_ids)) == 6
+    assert _by(flag, "family", "lr") == sorted((f, lr) for f in ("ar", "mdm") for lr in (1e-3, 3e-3, 1e-2))
+    assert all(dict(c.spec.tracking)["sweep_lr"] == c.spec.lr for c in flag.cells)
+    plain = build_study(BASE)
+    same = {c.spec.family: c.run_id for c in flag.cells if c.spec.lr == plain.cells[0].spec.lr}
+    assert sorted(same.values()) == sorted(plain.run_ids)  # the study's own value keeps its id
+
+
+def test_a_family_sweep_replaces_the_study_wide_one():
+    study = build_study({**BASE, "sweep": ["lr=1e-3,3e-3", "mdm:lr=3e-3,1e-2,3e-2", "beta2=0.95,0.99"]})
+    lrs = {f: sorted({c.spec.lr for c in study.cells if c.spec.family == f}) for f in ("ar", "mdm")}
+    assert lrs == {"ar": [1e-3, 3e-3], "mdm": [3e-3, 1e-2, 3e-2]}
+    assert {c.spec.beta2 for c in study.cells} == {0.95, 0.99} and len(study.cells) == 2 * 2 + 3 * 2
+
+
+def test_a_batch_sweep_keeps_the_tokens_and_records_carry_sweep_columns():
+    study = build_study({**BASE, "families": "ar", "tokens": 65536, "sweep": ["batch_size=16,64"]})
+    assert sorted((c.spec.batch_size, c.spec.steps) for c in study.cells) == [(16, 128), (64, 32)]
+    spec = study.cells[0].spec
+    ctx = run_context(spec, {"core": 1, "family_non_embedding": 1}, 10, spec.steps, "raw")
+    assert ctx["sweep_batch_size"] == spec.batch_size and ctx["budget_flops"] is None
+
+
+def test_budgets_plan_isoflop_profiles_of_each_familys_own_flops():
+    study = build_study({**BASE, "families": "ar,aogpt", "budgets": "1e12,1e13", "sizes": None})
+    rows = plan_rows(study)
+    for family in ("ar", "aogpt"):
+        for budget in (1e12, 1e13):
+            mine = [r for r in rows if r.family == family and f"C={budget:.0e}" in r.axes]
+            assert len({r.size for r in mine}) == 5
+            # tokens = budget / the family's FLOPs per token, rounded up to whole steps of 1,024
+            assert all(budget <= r.flops <= budget * (1 + 2 * 1024 / r.tokens) for r in mine)
+    cell = next(c for c in study.cells if c.spec.family == "aogpt")
+    ctx = run_context(cell.spec, {"core": 1, "family_non_embedding": 1}, 1.0, 1, "raw")
+    assert ctx["budget_flops"] == 1e12 and ctx["plan_tokens"] >= 1
+
+
+def test_the_grid_is_logarithmic_around_the_optimum_and_seeds_gather_there():
+    sizes = grid_sizes(3e5, 5, 2.0)
+    params = [core_params(get_shape(s)) for s in sizes]
+    ratios = [b / a for a, b in zip(params, params[1:])]
+    assert len(sizes) == 5 and all(1.4 < r < 2.9 for r in ratios)
+    assert math.isclose(math.log(params[2]), math.log(3e5), abs_tol=math.log(1.3))
+    study = build_study({**BASE, "families": "ar", "budgets": "1e12", "sizes": None, "optimum_seeds": 2,
+                         "optimum_span": 3})
+    seeds = {c.spec.size: c.spec.seed + 1 for c in study.cells}
+    by_size = sorted(seeds, key=lambda s: core_params(get_shape(s)))
+    assert [seeds[s] for s in by_size] == [1, 2, 2, 2, 1]
+
+
+def test_sweep_at_one_budget_only():
+    study = build_study({**BASE, "families": "ar", "budgets": "1e12,1e13", "sizes": None,
+                         "sweep": {"lr": [1e-3, 3e-3, 1e-2], "at_budget": 1e12}})
+    per_budget = {b: len([c for c in study.cells if dict(c.spec.tracking)["budget_flops"] == b]) for b in (1e12, 1e13)}
+    assert per_budget == {1e12: 15, 1e13: 5}
+
+
+def test_tokens_per_param_list_is_the_data_axis():
+    study = build_study({**BASE, "families": "ar", "tokens_per_param": "4,8,16"})
+    params = core_params(get_shape("0.1M"))
+    plan = sorted(dict(c.spec.tracking)["plan_tokens"] for c in study.cells)
+    assert plan == [round(r * params) for r in (4, 8, 16)]
+    assert all(c.spec.tokens >= dict(c.spec.tracking)["plan_tokens"] for c in study.cells)
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--sweep", "momentum=1,2"], "sweep"),
+    (["--sweep", "lr=0.1,abc"], "sweep"),
+    (["--sweep", "xyz:lr=0.1"], "sweep"),
+    (["--budgets", "1e12,-3"], "budgets"),
+    (["--tokens-per-param", "4,x"], "argument --tokens-per-param"),
+])
+def test_bad_axes_exit_2_in_one_line(argv, field, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code = launch.main(["--families", "ar", "--sizes", "0.1M", "--dry-run", *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"launch: {field}"), err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_wsd_branches_follow_their_trunk_and_cost_their_decay_only():
+    study = build_study({**BASE, "families": "ar", "tokens": 32 * 32 * 100, "run": {"schedule": "wsd"},
+                         "branches": [0.25, 0.5]})
+    trunk, *branches = study.cells
+    assert trunk.spec.snapshot_steps == "25,50" and [b.spec.branch_from for b in branches] == [trunk.run_id] * 2
+    assert [(b.spec.branch_step, b.spec.steps) for b in branches] == [(25, 30), (50, 60)]
+    rows = plan_rows(study)
+    per_token = rows[0].flops / trunk.spec.tokens
+    assert [r.flops / per_token for r in rows[1:]] == [5 * 32 * 32, 10 * 32 * 32]
+    plain = build_study({**BASE, "families": "ar", "tokens": 32 * 32 * 100, "run": {"schedule": "wsd"}})
+    assert trunk.run_id == plain.cells[0].run_id  # a trunk is the run it would be without branches
