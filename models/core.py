@@ -54,11 +54,14 @@ def make_norm(kind: str, dim: int, bias: bool = True) -> nn.Module:
 def rope_angles(positions: torch.Tensor, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(cos, sin) [..., T, hd] of RoPE for integer positions [..., T]: pair i (features i and
     i + hd/2, the "rotate half" layout) turns by position·ROPE_BASE^(-2i/hd)."""
-    half = head_dim // 2
-    freqs = ROPE_BASE ** (-torch.arange(half, device=positions.device, dtype=torch.float32) * 2 / head_dim)
-    angles = positions.to(torch.float32)[..., None] * freqs  # [..., T, hd/2]
+    angles = positions.to(torch.float32)[..., None] * rope_frequencies(head_dim, positions.device)  # [..., T, hd/2]
     angles = torch.cat([angles, angles], -1)
     return angles.cos(), angles.sin()
+
+
+def rope_frequencies(head_dim: int, device=None) -> torch.Tensor:
+    """float32 [hd/2]: pair i turns by ROPE_BASE^(-2i/hd) radians per position."""
+    return ROPE_BASE ** (-torch.arange(head_dim // 2, device=device, dtype=torch.float32) * 2 / head_dim)
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -251,10 +254,10 @@ class Transformer(nn.Module):
         positions: with `pos = "rope"`, the (query, key) positions [T] or [B, T] the rows are
         rotated by; default: both the rows' own places after the cache (0, 1, ... without one).
         Returns the final norm's output [B, T, d]."""
-        step = dict(tables=tables, index=cond_index, adds=adds, attn_mask=attn_mask, is_causal=is_causal,
-                    rotary=self.rotary(x, cache, positions))
+        step = dict(tables=tables, index=cond_index, adds=adds, attn_mask=attn_mask, is_causal=is_causal)
         if cache is not None and self._decoder is not None and self._decoder.covers(x, cond=cond, **step):
-            return self._decoder(x, cache, None if tables is None else tables[0], cond_index, attn_mask)
+            return self._decoder(x, cache, None if tables is None else tables[0], cond_index, attn_mask, positions)
+        step["rotary"] = self.rotary(x, cache, positions)  # RoPE angles (the decoder makes its own)
         if tables is None and cond is not None:
             if cond_index is not None and cond_index.numel() < cond.shape[0]:
                 cond, cond_index = cond[cond_index], None  # few tokens: project per token
