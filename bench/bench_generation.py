@@ -119,12 +119,14 @@ def print_roofline(model, args, rows: list[dict], network: str) -> None:
     per_step = (weight_b + kv_b) / args.length
     bandwidth = read_bandwidth(int(per_step))
     floor_s = (weight_b + kv_b) / bandwidth
-    print(f"# {network}: memory roofline of one-token-per-step decoding: a step reads {weight_b / args.length / 1e6:.1f} MB "
+    print(f"# {network}: memory roofline of one-token-per-step decoding: a step reads "
+          f"{weight_b / args.length / 1e6:.1f} MB "
           f"of weights + {kv_b / args.length / 1e6:.1f} MB of KV cache on average; at {bandwidth / 1e9:.1f} GB/s "
           f"(`sum` over that many bytes) {args.length} steps take >= {floor_s:.3f} s")
     for row in rows:
         if row["steps"] == args.length:
-            print(f"# {network}, T = {row['steps']}: AO-GPT decodes at {floor_s / row['aogpt_s']:.0%} of that bound, AR at "
+            print(f"# {network}, T = {row['steps']}: AO-GPT decodes at {floor_s / row['aogpt_s']:.0%} of that bound, "
+                  f"AR at "
                   f"{floor_s / row['ar_s']:.0%}; the bound allows MDM/AO-GPT <= {row['mdm_s'] / floor_s:.0f}x")
 
 
@@ -238,7 +240,8 @@ def main(argv=None) -> int:
     print_targets(args, results)
     if args.device == "cpu" and {"ar", "aogpt", "mdm"} <= set(args.families):
         for network in args.network:
-            print_roofline(build("aogpt", args, network), args, [r for r in results if r["network"] == network], network)
+            rows = [r for r in results if r["network"] == network]
+            print_roofline(build("aogpt", args, network), args, rows, network)
     if args.json:
         Path(args.json).write_text(json.dumps({"env": environment(args), "args": vars(args), "rows": results},
                                               indent=2))

@@ -18,7 +18,7 @@ from typing import Any
 ENGINES = ("torch", "deepspeed")
 ZERO_STAGES = (1, 2, 3)
 PRECISIONS = ("auto", "fp32", "bf16")
-COMPILE_SETTINGS = ("auto", "on", "off")  # torch.compile of the core: auto = on GPU only
+COMPILE_SETTINGS = ("auto", "on", "off")  # torch.compile of the core: auto = on GPU, on CPU by jobs.cpu_compile
 
 
 @dataclass(frozen=True)

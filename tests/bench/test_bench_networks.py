@@ -31,3 +31,9 @@ def test_the_benches_refuse_an_unknown_network_with_status_2(name, capsys):
     with pytest.raises(SystemExit) as exit_:
         _bench(name).main(["--network", "gpt3"])
     assert exit_.value.code == 2 and "--network: network: unknown network 'gpt3'" in capsys.readouterr().err
+
+
+def test_bench_compile_refuses_too_few_steps_to_time(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        _bench("bench_compile").main(["--steps", "6", "--skip", "5"])
+    assert exit_.value.code == 2 and "--steps: must exceed --skip + 2" in capsys.readouterr().err
