@@ -4,10 +4,11 @@ Each family is timed in a pair with a fresh `ar` at the same shape, alternating 
 of each, so slow drifts of the machine hit both alike; within a block the model runs in steady
 state (one step at a time of many models evicts each one's working set and distorts the ratios).
 The figure is the ratio of the pair's median wall times: run it on an otherwise idle machine.
-Targets: aogpt(adaln) <= 1.10x ar, mdm <= 1.05x.
+Targets: aogpt(adaln) <= 1.10x ar, mdm <= 1.05x, each printed for every `--network` (repeatable;
+default: the studies' default network, rotary positions, and the same with learned positions).
 
     python bench/bench_models.py [--size 3M] [--seq-len 256] [--batch 8] [--rounds 4] [--block 4]
-                                 [--variants 'aogpt(adaln),mdm(mdlm)']
+                                 [--variants 'aogpt(adaln),mdm(mdlm)'] [--network gpt2,pos=rope]
 """
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ import torch
 
 from jobs.run.allocator import keep_freed_memory
 from models import build_model, kernels
+from networks import add_network_argument, checked_networks
+from scaling.arms import network_options
 
 VARIANTS = {
     "ar": ("ar", {}),
@@ -32,10 +35,12 @@ VARIANTS = {
     "mdm(kdce)": ("mdm", {"loss": "kdce"}),
     "mdm(sedd)": ("mdm", {"loss": "sedd"}),
 }
+TARGETS = {"aogpt": 1.10, "mdm": 1.05}  # step time over ar's, per family (variants of it alike)
 
 
-def make_step(family, options, args):
-    model = build_model(family, args.size, vocab_size=args.vocab, seq_len=args.seq_len, **options)
+def make_step(family, options, args, network: str):
+    model = build_model(family, args.size, vocab_size=args.vocab, seq_len=args.seq_len, **network_options(network),
+                        **options)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), fused=True)  # as the trainer
     gen = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, args.vocab, (args.batch, args.seq_len), generator=gen)
@@ -50,7 +55,7 @@ def make_step(family, options, args):
     return step
 
 
-def main() -> None:
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="3M")
     parser.add_argument("--seq-len", type=int, default=256)
@@ -60,7 +65,9 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=4, help="consecutive steps per model per round")
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help=f"comma-separated subset of: {', '.join(VARIANTS)}")
-    args = parser.parse_args()
+    add_network_argument(parser)
+    args = parser.parse_args(argv)
+    networks = checked_networks(parser, args)
     chosen = [name.strip() for name in args.variants.split(",") if name.strip()]
     unknown = [name for name in chosen if name not in VARIANTS]
     if unknown:
@@ -71,11 +78,16 @@ def main() -> None:
           f"{torch.get_num_threads()}; size {args.size}, seq_len {args.seq_len}, batch {args.batch}, "
           f"vocab {args.vocab}; adaLN kernels {'fused' if kernels.available() else 'eager'}; "
           f"median wall time over {args.rounds} rounds of {args.block}-step blocks, each family paired with ar")
-    print(f"{'family':24s} {'step_s':>10s} {'ar_s':>9s} {'ratio_to_ar':>11s}")
-    for name in chosen:
-        family, options = VARIANTS[name]
-        variant, ar = median_pair(make_step(family, options, args), make_step("ar", {}, args), args)
-        print(f"{name:24s} {variant:10.4f} {ar:9.4f} {variant / ar:11.3f}")
+    width = max(len(n) for n in networks)
+    print(f"{'network':<{width}} {'family':24s} {'step_s':>10s} {'ar_s':>9s} {'ratio_to_ar':>11s}  target")
+    for network in networks:
+        for name in chosen:
+            family, options = VARIANTS[name]
+            variant, ar = median_pair(make_step(family, options, args, network), make_step("ar", {}, args, network),
+                                      args)
+            target = TARGETS.get(family)
+            verdict = "" if target is None else f"  <= {target}: {'met' if variant / ar <= target else 'missed'}"
+            print(f"{network:<{width}} {name:24s} {variant:10.4f} {ar:9.4f} {variant / ar:11.3f}{verdict}")
     if "aogpt(adaln)" in chosen:
         print(f"# aogpt(adaln): its adaLN projection tables (Linear(c, 6d) per block on all {args.seq_len} "
               f"positions, forward and backward) add {adaln_flop_share(args):.1%} to ar's matmul FLOPs per step")

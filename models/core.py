@@ -24,11 +24,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from .kernels import cpu_backend
+from .rope import ROPE_BASE, rope_angles, rope_frequencies  # noqa: F401 (part of the core's API)
 from .modulation import ChunkProjection, modulation_rows, mul_add
 
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rope")  # absolute learned table (GPT-2, AO-GPT) | rotary (Su et al. 2021)
-ROPE_BASE = 10000.0  # RoPE's θ base (Su et al. 2021, RoFormer §3.2.2)
 
 
 @dataclass(frozen=True)
@@ -50,16 +50,6 @@ def make_norm(kind: str, dim: int, bias: bool = True) -> nn.Module:
     if kind == "layernorm":
         return nn.LayerNorm(dim, eps=1e-5, bias=bias)
     return nn.RMSNorm(dim, eps=1e-5)
-
-
-def rope_angles(positions: torch.Tensor, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(cos, sin) [..., T, hd] of RoPE for integer positions [..., T]: pair i (features i and
-    i + hd/2, the "rotate half" layout) turns by position·ROPE_BASE^(-2i/hd)."""
-    half = head_dim // 2
-    freqs = ROPE_BASE ** (-torch.arange(half, device=positions.device, dtype=torch.float32) * 2 / head_dim)
-    angles = positions.to(torch.float32)[..., None] * freqs  # [..., T, hd/2]
-    angles = torch.cat([angles, angles], -1)
-    return angles.cos(), angles.sin()
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -268,10 +258,10 @@ class Transformer(nn.Module):
         positions: with `pos = "rope"`, the (query, key) positions [T] or [B, T] the rows are
         rotated by; default: both the rows' own places after the cache (0, 1, ... without one).
         Returns the final norm's output [B, T, d]."""
-        step = dict(tables=tables, index=cond_index, adds=adds, attn_mask=attn_mask, is_causal=is_causal,
-                    rotary=self.rotary(x, cache, positions))
+        step = dict(tables=tables, index=cond_index, adds=adds, attn_mask=attn_mask, is_causal=is_causal)
         if cache is not None and self._decoder is not None and self._decoder.covers(x, cond=cond, **step):
-            return self._decoder(x, cache, None if tables is None else tables[0], cond_index, attn_mask)
+            return self._decoder(x, cache, None if tables is None else tables[0], cond_index, attn_mask, positions)
+        step["rotary"] = self.rotary(x, cache, positions)  # RoPE angles (the decoder makes its own)
         if tables is None and cond is not None:
             if cond_index is not None and cond_index.numel() < cond.shape[0]:
                 cond, cond_index = cond[cond_index], None  # few tokens: project per token

@@ -185,9 +185,10 @@ def finish(args: argparse.Namespace, study: StudySpec, study_dir: Path, final: d
     """Print the outcome and write the report; 0 when every run is done and the report written."""
     counts = Counter(final.values())
     print(f"study {study.name}: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
+    names = ledger.run_names(study_dir)
     for run_id, state in final.items():
         if state != "done":
-            print(f"  {run_id} {state}: {ledger.view(study_dir, run_id).reason}")
+            print(f"  {names.get(run_id, run_id)} {state} ({run_id}): {ledger.view(study_dir, run_id).reason}")
     all_done = counts.get("done", 0) == len(final)
     judge_pass(study_dir, [r for r, state in final.items() if state == "done"])
     if args.no_report or not counts.get("done"):

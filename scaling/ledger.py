@@ -117,6 +117,14 @@ def study_run_ids(study_dir: str | Path) -> list[str]:
     return list(doc["order"])
 
 
+def run_names(study_dir: str | Path) -> dict[str, str]:
+    """run_id -> `family variant size s<seed>` (e.g. `ar base 0.1M s1`) from study.json, for
+    progress lines; empty when the directory holds no study."""
+    doc = read_study(study_dir) or {"runs": {}}
+    return {run_id: f"{row['family']} {row['variant']} {row['size']} s{row['seed']}"
+            for run_id, row in doc["runs"].items()}
+
+
 def load_spec(study_dir: str | Path, run_id: str) -> RunSpec:
     """The run's spec.json."""
     return RunSpec.load(run_dir(study_dir, run_id) / runfiles.SPEC_FILE)

@@ -53,6 +53,7 @@ class Scheduler:
         self.active: dict[str, Handle] = {r: h for r, h in attached.items() if r in run_ids}
         self.waiting: set[str] = set()  # held by another process
         self.final: dict[str, str] = {}
+        self.names = ledger.run_names(self.study_dir)  # run_id -> "family variant size s<seed>"
         self.trained: list[str] = []  # runs this launch submitted
         disable = None if progress is None else not progress
         self.bar = tqdm(total=len(run_ids), desc="study", unit="run", file=sys.stderr, disable=disable)
@@ -121,8 +122,13 @@ class Scheduler:
             return
         self.final[run_id] = state
         self.bar.update(1)
-        note = f" ({reason})" if state == "failed" and reason else ""
-        tqdm.write(f"[{len(self.final)}/{self.bar.total}] {run_id} {state}{note}", file=sys.stderr)
+        note = f": {reason}" if state == "failed" and reason else ""
+        line = f"[{len(self.final)}/{self.bar.total}] {self.name(run_id)} {state} ({run_id}){note}"
+        tqdm.write(line, file=sys.stderr)
+
+    def name(self, run_id: str) -> str:
+        """`family variant size s<seed>` of a run (its id where study.json lacks it)."""
+        return self.names.get(run_id, run_id)
 
     def _refresh_bars(self) -> None:
         if self._disable is True or (self._disable is None and not sys.stderr.isatty()):
@@ -131,7 +137,7 @@ class Scheduler:
             run = ledger.view(self.study_dir, run_id)
             bar = self.run_bars.get(run_id)
             if bar is None and run.steps:
-                bar = tqdm(total=run.steps, desc=run_id, unit="step", leave=False, file=sys.stderr,
+                bar = tqdm(total=run.steps, desc=self.name(run_id), unit="step", leave=False, file=sys.stderr,
                            position=len(self.run_bars) + 1)
                 self.run_bars[run_id] = bar
             if bar is not None:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from jobs.run.cpu_compile import compile_pays
+
 CPU_EVAL_BATCH = 8  # sequences per forward on the CPU: larger batches are no faster there
 CUDA_EVAL_BATCH = 32  # on a GPU: 32 x 1024 tokens keep a 125M-760M model's matmuls large
 # (its logits are split by models.likelihood.max_logit_elements, so memory stays bounded)
@@ -33,10 +35,13 @@ def use_bf16(spec, device: torch.device) -> bool:
     return spec.precision == "bf16" or (spec.precision == "auto" and device.type == "cuda")
 
 
-def use_compile(spec, device: torch.device) -> bool:
-    """`compile` auto: torch.compile on GPU, not on the CPU (where the fused kernels run and
-    compilation costs more than it saves on short runs); `on`/`off` as stated."""
-    return spec.compile == "on" or (spec.compile == "auto" and device.type == "cuda")
+def use_compile(spec, device: torch.device, training: bool = True) -> bool:
+    """`compile` auto: torch.compile on GPU; on the CPU only for training runs long enough to pay
+    it back, by the measured rule of `jobs.run.cpu_compile` (evaluation there stays eager: a few
+    passes of many shapes); `on`/`off` as stated."""
+    if spec.compile != "auto":
+        return spec.compile == "on"
+    return device.type == "cuda" or (training and device.type == "cpu" and compile_pays(spec))
 
 
 @dataclass(frozen=True)
@@ -78,4 +83,4 @@ def placement(spec, cuda: bool | None = None, local_rank: int | None = None) -> 
     per the run's `compile` setting."""
     device = pick_device(cuda, local_rank)
     batch = CUDA_EVAL_BATCH if device.type == "cuda" else CPU_EVAL_BATCH
-    return Placement(device, use_bf16(spec, device), batch, use_compile(spec, device))
+    return Placement(device, use_bf16(spec, device), batch, use_compile(spec, device, training=False))

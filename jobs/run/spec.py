@@ -19,7 +19,7 @@ ENGINES = ("torch", "deepspeed")
 ZERO_STAGES = (1, 2, 3)
 PRECISIONS = ("auto", "fp32", "bf16")
 SCHEDULES = ("cosine", "wsd")  # wsd: warm-up, stable at the peak, linear decay (Hu et al. 2024, MiniCPM)
-COMPILE_SETTINGS = ("auto", "on", "off")  # torch.compile of the core: auto = on GPU only
+COMPILE_SETTINGS = ("auto", "on", "off")  # torch.compile of the core: auto = on GPU, on CPU by jobs.run.cpu_compile
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spec", help="a spec.json to train (flags given too override its fields)")
     for name in ("family", "size", "corpus", "tokenizer", "engine", "precision"):
         p.add_argument(f"--{name.replace('_', '-')}")
-    p.add_argument("--compile", help="torch.compile the core: auto (on GPU only) | on | off")
+    p.add_argument("--compile", help="torch.compile the core: auto (on GPU; on CPU for training where "
+                                     "jobs.cpu_compile measured that it pays) | on | off")
     for name in ("steps", "tokens", "batch_size", "micro_batch_size", "seq_len", "warmup", "seed",
                  "zero_stage", "checkpoint_every", "eval_every", "log_every"):
         p.add_argument(f"--{name.replace('_', '-')}", type=int_arg)

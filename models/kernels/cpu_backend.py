@@ -66,11 +66,11 @@ class CPUKernels:
         return h
 
     def decoder(self, core) -> Decoder | None:
-        """The decoding step for this core's current weights, or None where decode.c does not
-        cover it (weights not float32 on the CPU, norms with different eps, rotary positions:
-        decode.c has no RoPE, so such cores decode through the eager modules)."""
+        """The decoding step for this core's current weights (learned or rotary positions), or
+        None where decode.c does not cover it (weights not float32 on the CPU, norms with
+        different eps)."""
         norms = [m for m in core.modules() if isinstance(m, NORM_TYPES)]
-        if core.cfg.pos != "learned" or not _cpu_float32(*core.parameters()) or len({m.eps for m in norms}) != 1:
+        if not _cpu_float32(*core.parameters()) or len({m.eps for m in norms}) != 1:
             return None
         return Decoder(core)
 

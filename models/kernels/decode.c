@@ -4,7 +4,10 @@
  * The maths is the core's (models/core.py): pre-norm blocks with LayerNorm or RMSNorm, an
  * optional QK RMSNorm, attention over the cache and the new rows under a boolean mask, a GELU
  * MLP, and optional adaLN modulation whose rows come from packed per-position tables
- * [6·L + 2, P, d] at each row's target position. A decoding step reads every weight for a
+ * [6·L + 2, P, d] at each row's target position, and optional rotary positions (RoPE, the
+ * "rotate half" layout of `rotate` in models/core.py): each new row's query turns by its query
+ * position and its key by its key position (AR: both its own place; AO-GPT: the query by its
+ * target, the key by its token's own position) before the key enters the cache. A decoding step reads every weight for a
  * handful of rows, so its cost is memory traffic plus, in eager PyTorch, ~200 operator calls;
  * here it is one call. Linear weights are read from panels packed once per generation, in
  * memory order, so the hardware prefetcher streams them.
@@ -28,6 +31,8 @@ typedef struct {
     const int64_t *targets;         /* [B·m] table row of each new row */
     const unsigned char *mask;      /* [m, c + m] which keys each new row sees, or NULL: all */
     int threads;
+    const float *rope_freqs;        /* [hd / 2] RoPE frequency of each pair, or NULL: no rotation */
+    const int64_t *q_pos, *k_pos;   /* [B·m] position each new row's query / key turns by, or NULL: c + t */
 } Step;
 
 #define ROWS 8   /* rows per register block of the linear kernel */
@@ -36,10 +41,11 @@ typedef struct {
 /* Read by decoder.py, so the padding and panel layout it prepares always match this file. */
 const int64_t DECODE_ROWS = ROWS, DECODE_LANES = LANES;
 
-/* Floats of scratch `decode_step` needs: per padded row a (d), y (d), qkv (3d), att (d) and
- * hid (4d), plus one row of attention scores (c + m keys) per thread. */
+/* Floats of scratch `decode_step` needs: per padded row a (d), y (d), qkv (3d), att (d), hid
+ * (4d) and its RoPE angles (cos, sin for the query and the key: 2·hd <= 2d), plus one row of
+ * attention scores (c + m keys) per thread. */
 int64_t decode_scratch_floats(int64_t R_pad, int64_t d, int64_t threads, int64_t n_keys) {
-    return R_pad * 10 * d + threads * n_keys;
+    return R_pad * 12 * d + threads * n_keys;
 }
 
 /* y[r, o] = x[r, :] · w[o, :] + b[o] for R rows (a multiple of ROWS; x zero-padded). The
@@ -148,9 +154,37 @@ static void attend_row(const float *restrict q, const float *restrict K, const f
     }
 }
 
+/* RoPE angles of the new rows: per row r, [cos q | sin q | cos k | sin k], hd / 2 each, at
+ * angle position·freq (float32, as `rope_angles`), with pair i's angle shared by features i
+ * and i + hd / 2. */
+static void rope_tables(const Step *s, float *angles) {
+    const int64_t half = s->d / s->H / 2;
+    for (int64_t r = 0; r < s->B * s->m; r++) {
+        const int64_t own = s->c + r % s->m;
+        const float pos[2] = {(float)(s->q_pos ? s->q_pos[r] : own), (float)(s->k_pos ? s->k_pos[r] : own)};
+        for (int w = 0; w < 2; w++) {
+            float *cs = angles + (r * 4 + 2 * w) * half;
+            for (int64_t i = 0; i < half; i++) {
+                const float angle = pos[w] * s->rope_freqs[i];
+                cs[i] = cosf(angle);
+                cs[half + i] = sinf(angle);
+            }
+        }
+    }
+}
+
+/* v [hd] turned pairwise (features i, i + hd / 2) by angles cs = [cos | sin], hd / 2 each. */
+static void rotate_half(float *restrict v, const float *restrict cs, int64_t half) {
+    for (int64_t i = 0; i < half; i++) {
+        const float a = v[i], b = v[half + i], c = cs[i], sn = cs[half + i];
+        v[i] = a * c - b * sn;
+        v[half + i] = b * c + a * sn;
+    }
+}
+
 /* Write the new rows' keys and values into the cache, then attend: out [B·m, d]. qkv rows
  * have stride 3d (q | k | v). `scores` holds one row of c + m floats per thread. */
-static void attention(const Block *blk, float *qkv, float *out, const Step *s, float *scores) {
+static void attention(const Block *blk, float *qkv, float *out, const Step *s, const float *angles, float *scores) {
     const int64_t B = s->B, m = s->m, d = s->d, H = s->H, hd = d / H, n = s->c + m;
     const float scale = 1.0f / sqrtf((float)hd);
     for (int64_t r = 0; r < B * m; r++) {
@@ -160,6 +194,10 @@ static void attention(const Block *blk, float *qkv, float *out, const Step *s, f
             if (blk->q_norm) {
                 rms_head(q, hd, blk->q_norm, s->eps);
                 rms_head(k, hd, blk->k_norm, s->eps);
+            }
+            if (s->rope_freqs) {
+                rotate_half(q, angles + r * 2 * hd, hd / 2);
+                rotate_half(k, angles + r * 2 * hd + hd, hd / 2);
             }
             int64_t at = ((b * H + h) * s->capacity + s->c + t) * hd;
             memcpy(blk->k_cache + at, k, hd * sizeof(float));
@@ -198,15 +236,16 @@ void decode_step(const Block *blocks, int64_t n_layer, const float *final_w, con
                  const Step *s, float *x, int64_t R_pad, float *out, float *scratch) {
     const int64_t R = s->B * s->m, d = s->d;
     float *a = scratch, *y = a + R_pad * d, *qkv = y + R_pad * d, *att = qkv + R_pad * 3 * d;
-    float *hid = att + R_pad * d, *scores = hid + R_pad * 4 * d;
+    float *hid = att + R_pad * d, *angles = hid + R_pad * 4 * d, *scores = angles + R_pad * 2 * d;
     memset(a, 0, R_pad * d * sizeof(float));      /* padding rows stay zero */
     memset(att, 0, R_pad * d * sizeof(float));
     memset(hid, 0, R_pad * 4 * d * sizeof(float));
+    if (s->rope_freqs) rope_tables(s, angles);
     for (int64_t l = 0; l < n_layer; l++) {
         const Block *blk = blocks + l;
         norm_rows(x, a, R, d, blk->norm1_w, blk->norm1_b, s, 6 * l, d);
         linear(a, R_pad, d, blk->qkv_w, blk->qkv_b, 3 * d, qkv, s->threads);
-        attention(blk, qkv, att, s, scores);
+        attention(blk, qkv, att, s, angles, scores);
         linear(att, R_pad, d, blk->attn_w, blk->attn_b, d, y, s->threads);
         residual(x, y, R, d, s, 6 * l + 2);
         norm_rows(x, a, R, d, blk->norm2_w, blk->norm2_b, s, 6 * l + 3, d);

@@ -12,6 +12,7 @@ from functools import cache
 import torch
 from torch import nn
 
+from ..rope import rope_frequencies
 from . import _address, _library, plain_cpu_pass
 
 
@@ -25,7 +26,8 @@ class _Step(ctypes.Structure):
     _fields_ = [("B", ctypes.c_int64), ("m", ctypes.c_int64), ("d", ctypes.c_int64), ("H", ctypes.c_int64),
                 ("c", ctypes.c_int64), ("capacity", ctypes.c_int64), ("P", ctypes.c_int64),
                 ("eps", ctypes.c_float), ("center", ctypes.c_int), ("tables", ctypes.c_void_p),
-                ("targets", ctypes.c_void_p), ("mask", ctypes.c_void_p), ("threads", ctypes.c_int)]
+                ("targets", ctypes.c_void_p), ("mask", ctypes.c_void_p), ("threads", ctypes.c_int),
+                ("rope_freqs", ctypes.c_void_p), ("q_pos", ctypes.c_void_p), ("k_pos", ctypes.c_void_p)]
 
 
 @cache
@@ -58,12 +60,14 @@ class Decoder:
         eps = core.norm.eps
         self.eps = eps if eps is not None else torch.finfo(torch.float32).eps
         self.center = isinstance(core.norm, nn.LayerNorm)
+        self.freqs = rope_frequencies(cfg.d_model // cfg.n_head) if cfg.pos == "rope" else None
 
-    def covers(self, x, cond, tables, index, adds, attn_mask, is_causal, rotary) -> bool:
+    def covers(self, x, cond, tables, index, adds, attn_mask, is_causal) -> bool:
         """A step decode.c computes: float32 CPU rows outside autograd, autocast and compile, no
-        per-block adds, no RoPE, an explicit mask [new rows, keys] shared by the batch (or none),
-        and adaLN (if any) from one packed table [6·L + 2, P, d] of float32 rows with an index."""
-        if torch.is_grad_enabled() or adds is not None or is_causal or rotary is not None or not plain_cpu_pass():
+        per-block adds, an explicit mask [new rows, keys] shared by the batch (or none), and adaLN
+        (if any) from one packed table [6·L + 2, P, d] of float32 rows with an index. Either
+        position encoding: with RoPE the kernel turns queries and keys itself."""
+        if torch.is_grad_enabled() or adds is not None or is_causal or not plain_cpu_pass():
             return False
         if x.dtype != torch.float32 or x.device.type != "cpu" or (attn_mask is not None and attn_mask.dim() != 2):
             return False
@@ -89,10 +93,12 @@ class Decoder:
             _weight(mlp.fc), _address(mlp.fc.bias), _weight(mlp.proj), _address(mlp.proj.bias), None, None)
 
     def __call__(self, x: torch.Tensor, cache, tables: torch.Tensor | None, targets: torch.Tensor | None,
-                 attn_mask: torch.Tensor | None) -> torch.Tensor:
+                 attn_mask: torch.Tensor | None, positions=None) -> torch.Tensor:
         """Final-norm output [B, m, d] of new rows x [B, m, d] after the `cache.length` cached
         slots; their keys and values are written into the cache (the caller commits them).
-        tables: packed adaLN tables [6L + 2, P, d] with each row's position `targets` [B, m]."""
+        tables: packed adaLN tables [6L + 2, P, d] with each row's position `targets` [B, m].
+        positions: with RoPE, the (query, key) positions [m] or [B, m] the rows turn by (the
+        core's `positions`); None: both their own places after the cache."""
         B, m, d = x.shape
         rows = block_sizes()[0]
         R, R_pad = B * m, -(-B * m // rows) * rows
@@ -114,9 +120,18 @@ class Decoder:
         if mask is not None and mask.shape != (m, n_keys):  # the kernel reads it unchecked
             raise ValueError(f"attn_mask: expected [{m}, {n_keys}] (new rows x cached + new), got {tuple(mask.shape)}")
         tables = None if tables is None else tables.contiguous()
+        q_pos, k_pos = self._positions(positions, B, m)
         step = _Step(B, m, d, self.H, cache.length, cache.k[0].shape[2],
                      0 if tables is None else tables.shape[1], self.eps, int(self.center), _address(tables),
-                     _address(targets), _address(mask), threads)
+                     _address(targets), _address(mask), threads, _address(self.freqs), _address(q_pos),
+                     _address(k_pos))
         _library().decode_step(ctypes.addressof(self.blocks), self.n_layer, *self.final, ctypes.addressof(step),
                                stream.data_ptr(), R_pad, out.data_ptr(), scratch.data_ptr())
         return out
+
+    def _positions(self, positions, batch: int, m: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(query, key) positions as int64 [batch·m] each for decode.c (None: the rows' own places)."""
+        if self.freqs is None or positions is None:
+            return None, None
+        flat = [p.expand(batch, m).reshape(-1).to(torch.int64).contiguous() for p in positions]
+        return flat[0], flat[1]

@@ -74,7 +74,7 @@ def test_a_pass_the_kernels_do_not_cover_runs_eagerly_with_the_same_values(case,
 @needs_kernels
 @pytest.mark.parametrize("family, options, covered", [
     ("ar", {}, True), ("aogpt", {}, True), ("aogpt", {"norm": "rmsnorm", "qk_norm": True, "tie_head": False}, True),
-    ("aogpt", {"target_pe": "layer_distinct"}, False), ("ar", {"pos": "rope"}, False), ("aogpt", {"pos": "rope"}, False)])
+    ("aogpt", {"target_pe": "layer_distinct"}, False), ("ar", {"pos": "rope"}, True), ("aogpt", {"pos": "rope"}, True)])
 def test_decoding_gives_the_same_logits_with_the_kernels_on_and_off(family, options, covered, monkeypatch):
     model = build_model(family, "0.1M", vocab_size=V, seq_len=L, **options).eval()
     calls = _count(monkeypatch, Decoder, "__call__")

@@ -188,8 +188,9 @@ def test_bad_sampler_arguments_are_value_errors():
 
 @pytest.mark.skipif(not kernels.available(), reason="no C compiler: decoding runs eagerly")
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("options", [{}, {"norm": "rmsnorm", "qk_norm": True, "tie_head": False}],
-                         ids=["gpt2", "rmsnorm-qknorm"])
+@pytest.mark.parametrize("options", [{}, {"norm": "rmsnorm", "qk_norm": True, "tie_head": False}, {"pos": "rope"},
+                                     {"pos": "rope", "norm": "rmsnorm", "qk_norm": True}],
+                         ids=["gpt2", "rmsnorm-qknorm", "rope", "rope-rmsnorm-qknorm"])
 def test_fused_decoding_steps_equal_the_eager_core(options, threads, monkeypatch):
     """Every cached step goes through decode.c (counted), and its logits equal recomputation
     by the eager core, in parallel steps (masks) and one-token steps, with 1 and 2 threads."""

@@ -111,7 +111,7 @@ def test_a_relative_study_dir_works_from_any_folder(tmp_path, monkeypatch):
     assert len(final) == 2 and {(v.state, v.attempts) for v in final.values()} == {("done", 1)}
 
 
-def test_a_worker_that_dies_before_writing_anything_is_counted_and_retried_once(tmp_path):
+def test_a_worker_that_dies_before_writing_anything_is_counted_and_retried_once(tmp_path, capsys):
     """A crash outside the pipeline (here: a worker command that exits 1 at once) is recorded as a
     failure on every attempt, so retries run out even when the run is already marked failed."""
     import threading
@@ -134,6 +134,25 @@ def test_a_worker_that_dies_before_writing_anything_is_counted_and_retried_once(
     assert result == {run_id: "failed"}
     view = ledger.view(study_dir, run_id)
     assert view.failures == 2 and "exited with status 1" in view.reason
+    line = capsys.readouterr().err.strip().splitlines()[-1]  # the completion line names the run
+    assert line.startswith(f"[1/1] ar base 0.1M s0 failed ({run_id}): ") and "exited with status 1" in line
+
+
+def test_completion_lines_name_each_run_by_family_variant_size_and_seed(tmp_path, capsys):
+    from jobs.run import files as runfiles
+    from jobs.executors.local import LocalExecutor
+    from scaling.scheduler import Scheduler
+    from scaling.study import build_study
+
+    study_dir = tmp_path / "study"
+    study = build_study({"sizes": ["0.1M"], "families": ["ar", "mdm"], "seeds": 2})
+    ledger.prepare(study_dir, study)
+    for run_id in study.run_ids:
+        runfiles.write_status(ledger.run_dir(study_dir, run_id), "done")
+    Scheduler(study_dir, study.run_ids, LocalExecutor(python="false"), progress=False).run()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [f"[{i + 1}/4] {name} done ({run_id})" for i, (name, run_id) in enumerate(zip(
+        ["ar base 0.1M s0", "mdm mdlm 0.1M s0", "ar base 0.1M s1", "mdm mdlm 0.1M s1"], study.run_ids))]
 
 
 def test_run_lock_holds_across_processes_and_dies_with_its_holder(tmp_path):

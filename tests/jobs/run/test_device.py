@@ -47,10 +47,11 @@ def _loss_and_grads(model, tokens):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["aogpt", "mdm"])  # adaLN by position; by time, per sequence
-def test_a_compiled_core_gives_the_eager_losses_and_gradients(family):
+@pytest.mark.parametrize("family, options", [("aogpt", {}), ("mdm", {}), ("aogpt", {"pos": "rope"})],
+                         ids=["aogpt", "mdm", "aogpt-rope"])  # adaLN by position; by time; the default network
+def test_a_compiled_core_gives_the_eager_losses_and_gradients(family, options):
     """Dynamo traces the stack (the `aot_eager` backend: no C++ build, so the test stays fast)."""
-    model = build_model(family, "0.1M", vocab_size=11, seq_len=16)
+    model = build_model(family, "0.1M", vocab_size=11, seq_len=16, **options)
     tokens = torch.randint(0, 11, (16, 16), generator=torch.Generator().manual_seed(0))
     eager_loss, eager = _loss_and_grads(model, tokens)
     model.core.compile_stack(lambda fn: torch.compile(fn, backend="aot_eager"))
@@ -77,3 +78,32 @@ def test_a_failing_compiler_warns_once_and_the_eager_core_runs():
     assert [str(w.message) for w in caught if "torch.compile failed" in str(w.message)] != []
     assert sum("torch.compile failed" in str(w.message) for w in caught) == 1
     assert not model.core._compiled.active and all(torch.equal(loss, eager_loss) for loss in losses)
+
+
+def test_cpu_compile_auto_follows_the_measured_break_even_rule():
+    """A measured row whose compiled step saves 10 ms of a 1,024-token step against 100 s of
+    extra cold compilation breaks even at 10,000 steps (half that with twice the tokens)."""
+    from jobs.run.cpu_compile import break_even_steps, compile_pays
+
+    table = ({"family": "ar", "size": "0.1M", "batch_tokens": 1024, "off_fixed_s": 10.0, "off_step_s": 0.05,
+              "cold_fixed_s": 110.0, "cold_step_s": 0.04, "warm_fixed_s": 30.0, "warm_step_s": 0.04},)
+    spec = SPEC.replace(batch_size=32, seq_len=32)
+    assert break_even_steps("0.1M", "ar", 1024, table) == pytest.approx(10_000)
+    assert break_even_steps("0.1M", "ar", 2048, table) == pytest.approx(5_000)
+    assert not compile_pays(spec.replace(steps=9_000), table) and compile_pays(spec.replace(steps=11_000), table)
+    assert break_even_steps("0.3M", "ar", 1024, table) == float("inf")  # not measured: eager
+    slower = ({**table[0], "cold_step_s": 0.06, "warm_step_s": 0.06},)
+    assert not compile_pays(spec.replace(steps=10**9), slower)
+
+
+def test_cpu_compile_auto_keeps_the_measured_presets_eager_and_evaluation_eager(monkeypatch):
+    from jobs.run import cpu_compile
+    from jobs.run import device
+
+    quickstart = SPEC.replace(family="aogpt", steps=600, batch_size=32, seq_len=32)
+    assert not device.use_compile(quickstart, torch.device("cpu"))  # the measured 0.1M AO-GPT row: never
+    monkeypatch.setattr(device, "compile_pays", lambda spec: True)
+    assert device.use_compile(quickstart, torch.device("cpu"))
+    assert not placement(quickstart, cuda=False).compile  # CPU evaluation: eager under auto
+    assert not device.use_compile(quickstart.replace(compile="off"), torch.device("cpu"))
+    assert cpu_compile.break_even_steps("0.1M", "aogpt", 1024) == float("inf")
