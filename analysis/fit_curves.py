@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import polars as pl
 
 from cli import Parser, int_arg, parse, run_main
 
-from analysis import DEFAULT_BOOTSTRAP, ablations, fairness, figures, io, sections, summary
+from analysis import DEFAULT_BOOTSTRAP, ablations, atomic, fairness, figures, io, sections, summary
 from analysis.cells import CELL_KEYS, build_cells, latest
 from analysis.ensemble import ensemble_studies
 from analysis.fits import CurveFit, fit_cell
@@ -281,8 +282,12 @@ def tables(a: Analysis) -> dict[str, pl.DataFrame]:
 
 
 def write_report(a: Analysis, out_dir: Path) -> Path:
-    """Write every output of the report into out_dir (atomic file writes)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Write every output of the report into out_dir as a whole: built in a temporary folder and
+    swapped in (analysis.atomic), so a kill or a full disk leaves the previous report intact."""
+    return atomic.build_dir(out_dir, lambda tmp: _write_files(a, tmp))
+
+
+def _write_files(a: Analysis, out_dir: Path) -> None:
     io.write_text(out_dir / "fits.json", fits_json(a))
     for name, frame in tables(a).items():
         io.write_table(out_dir / "tables", name, frame)
@@ -296,7 +301,6 @@ def write_report(a: Analysis, out_dir: Path) -> Path:
     manifest = a.inputs.study_dir / "study.json" if a.inputs.study_dir else None
     if manifest is not None and manifest.is_file():
         io.write_bytes(out_dir / "study.json", manifest.read_bytes())
-    return out_dir
 
 
 def default_out(paths: list[Path]) -> Path:
@@ -345,7 +349,12 @@ def main(argv: list[str] | None = None) -> int:
             raise RecordsError(f"--seed: {args.seed} must be in [0, 2**32); pass a non-negative seed")
         out = Path(args.out) if args.out is not None else default_out([Path(p) for p in args.paths])
         check_out(out)
-        print(run(args.paths, out, bootstrap=args.bootstrap, x=args.x, seed=args.seed) / "report.html")
+        try:
+            written = run(args.paths, out, bootstrap=args.bootstrap, x=args.x, seed=args.seed)
+        except OSError as error:  # a full disk, a size limit: one line, the previous report kept
+            print(f"fit_curves: {atomic.failure_line(error, out)}", file=sys.stderr)
+            return 1
+        print(written / "report.html")
         return 0
 
     return run_main("fit_curves", body)

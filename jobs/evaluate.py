@@ -298,12 +298,13 @@ def weight_kinds(spec, weights: str) -> tuple[str, ...]:
     return ("ema", "raw") if spec.ema > 0 else ("raw",)
 
 
-def evaluate(run_dir: str | Path, suite: str = "quick", **overrides) -> pl.DataFrame:
+def evaluate(run_dir: str | Path, suite: str = "quick", fresh: bool = False, **overrides) -> pl.DataFrame:
     """Evaluate the run's checkpoint with a suite; writes and returns run_dir/eval.parquet's rows.
 
     Overrides: k_mc, m_max, n_targets, val_chunks, ensemble_chunks, zero_shot (names),
     zero_shot_chunks, seed, weights (auto|ema|raw), seq_len, data_dir. Besides the family's
     metrics, each dataset gets its `nll_unigram` baseline (a property of the data, weights null).
+    Every row names `suite`; `fresh` drops the run's earlier records instead of merging into them.
     """
     settings = make_settings(suite, **overrides)
     rows: list[dict] = []
@@ -319,10 +320,10 @@ def evaluate(run_dir: str | Path, suite: str = "quick", **overrides) -> pl.DataF
         if kind != info.weights:
             model, spec, info = load_run(run_dir, kind)
         ctx = {**run_context(spec, model.count_params(), model.flops_per_token(), info.step, info.weights),
-               "eval_seed": settings.seed, **settings.place.columns()}
+               "eval_seed": settings.seed, "suite": suite, **settings.place.columns()}
         rows += compute_rows(model, spec, datasets, ctx, settings, Path(run_dir), missing)
     rows += unigram_rows(spec, model.vocab_size, datasets, {**ctx, "weights": None})
-    frame = write_records(run_dir, to_frame(rows), drop=("gen_ppl",) if settings.suite.generate else ())
+    frame = write_records(run_dir, to_frame(rows), drop=("gen_ppl",) if settings.suite.generate else (), fresh=fresh)
     _report_missing(Path(run_dir), missing)
     return frame
 

@@ -1,0 +1,49 @@
+"""Whether a trained run's records are its result: evaluation is part of a run's truth.
+
+A run whose training is done is `done` only when its `eval.parquet` is readable, holds records of
+the suite its spec names now (the `suite` column), and scores the final checkpoint (every row's
+`step` equals the run's `run_steps`). Otherwise `records_gap` says what is missing, and the ledger
+shows the run as `trained`: the next launch evaluates it (and never trains it again).
+
+Records written before the `suite` column existed carry no suite (null): they count as the
+current suite's, so existing studies stay done.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from jobs.records import EVAL_FILE
+
+SUITE_COLUMN = "suite"  # the suite the rows were evaluated with (jobs.evaluate's --suite)
+
+
+def read_stamp(path: Path) -> tuple[set[str], int | None]:
+    """(suites named by the rows, smallest evaluated step) of an eval.parquet; raises on an
+    unreadable file (truncated, not parquet)."""
+    schema = pl.read_parquet_schema(path)
+    columns = [c for c in (SUITE_COLUMN, "step") if c in schema]
+    frame = pl.read_parquet(path, columns=columns)
+    suites = set(frame[SUITE_COLUMN].drop_nulls().unique().to_list()) if SUITE_COLUMN in frame.columns else set()
+    step = frame["step"].min() if "step" in frame.columns and frame.height else None
+    return suites, None if step is None else int(step)
+
+
+def records_gap(run_dir: str | Path, suite: str, steps: int) -> str | None:
+    """None when the run's records are those of `suite` at its final step `steps`; else one phrase
+    saying what is missing (not evaluated, unreadable, another suite, a partial checkpoint)."""
+    path = Path(run_dir) / EVAL_FILE
+    if not path.exists():
+        return "trained but not evaluated"
+    try:
+        suites, step = read_stamp(path)
+    except Exception as error:  # polars raises several types for a torn file
+        return f"{EVAL_FILE} is unreadable (truncated or corrupt: {type(error).__name__})"
+    if suites and suites != {suite}:
+        return f"records are for suite {', '.join(sorted(suites))}, the study's is now {suite}"
+    if step is None:
+        return f"{EVAL_FILE} holds no records"
+    if steps and step < steps:
+        return f"records are partial (step {step} of {steps})"
+    return None
