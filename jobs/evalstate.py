@@ -47,3 +47,20 @@ def records_gap(run_dir: str | Path, suite: str, steps: int) -> str | None:
     if steps and step < steps:
         return f"records are partial (step {step} of {steps})"
     return None
+
+
+def check_done(run_dir: str | Path, allow_partial: bool) -> str | None:
+    """Refuse (InputError) to evaluate a run whose training is not done unless `allow_partial`;
+    returns a warning for a partial run that is evaluated anyway (None for a done run)."""
+    from cli import InputError
+    from jobs.runfiles import read_status
+
+    status = read_status(run_dir)
+    state, step, steps = status.get("state", "pending"), int(status.get("step", 0)), int(status.get("steps", 0))
+    if state == "done" and step >= steps:
+        return None
+    where = f"{state} at step {step} of {steps or '?'}"
+    if not allow_partial:
+        raise InputError(f"--run-dir: {run_dir} is {where}, not done; finish training it (python -m jobs.train "
+                         f"--run-dir {run_dir}) or pass --allow-partial to score its checkpoint anyway")
+    return f"eval: partial records: the run is {where}; rows are labelled with their step (run_steps {steps or '?'})"

@@ -33,6 +33,8 @@ from cli import InputError, Parser, int_arg, parse, run_main
 from jobs import checkpoint
 from jobs.allocator import keep_freed_memory
 from jobs.device import Placement, placement
+from jobs.evalstate import check_done
+from jobs.runfiles import add_status_warning
 from jobs.generate import GenSettings, generation_rows, write_samples
 from jobs.preflight import check_eval_dir
 from jobs.records import record, run_context, to_frame, write_records
@@ -394,6 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weights", default="auto", help="auto | ema | raw")
     p.add_argument("--data-dir", help="folder laid out like the offline data kit (default $AOSCALE_DATA)")
     p.add_argument("--seed", type=int_arg, default=EVAL_SEED)
+    p.add_argument("--allow-partial", action="store_true", help="score a run that is not done (failed, "
+                   "preempted) at its newest checkpoint; rows keep their step beside run_steps")
     return p
 
 
@@ -417,8 +421,12 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"--seed: {args.seed} must be >= 0")
         make_settings(args.suite, **overrides)  # every flag checked before the lock is taken
         check_eval_dir(Path(args.run_dir))
+        partial = check_done(args.run_dir, args.allow_partial)
         with holding(args.run_dir):
             frame = evaluate(args.run_dir, args.suite, **overrides)
+        if partial:
+            print(f"warning: {partial}", file=sys.stderr)
+            add_status_warning(args.run_dir, partial)
         print(f"wrote {len(frame)} records to {Path(args.run_dir) / 'eval.parquet'}")
         return 0
 
