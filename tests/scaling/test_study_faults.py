@@ -19,6 +19,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from analysis import fit_curves
 from jobs.runfiles import read_metrics, read_status
 from scaling import launch, ledger, status
 
@@ -56,10 +57,10 @@ def _cli(env: dict, module: str, *args: str, **kw) -> subprocess.CompletedProces
 
 @pytest.fixture(scope="module")
 def evaluated(tmp_path_factory, env) -> Path:
-    """A 2-run study, trained and evaluated with the quick suite, with its report."""
+    """A 2-run study, trained and evaluated with the quick suite, with its report (the workers
+    are real processes; the launcher is this one)."""
     study = tmp_path_factory.mktemp("evaluated") / "study"
-    proc = _cli(env, "scaling.launch", "--study-dir", str(study), *FLAGS, "--bootstrap", "10")
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert launch.main(["--study-dir", str(study), *FLAGS, "--bootstrap", "10"]) == 0
     return study
 
 
@@ -104,7 +105,7 @@ def _status_json(env: dict, study: Path) -> dict:
 
 def test_a_launcher_killed_while_evaluating_leaves_trained_runs_that_the_relaunch_evaluates(tmp_path, env):
     study = tmp_path / "study"
-    args = ["--study-dir", str(study), *FLAGS, "--eval-suite", "cpu", "--no-report"]
+    args = ["--study-dir", str(study), *FLAGS, "--no-report"]
     proc = subprocess.Popen([sys.executable, "-m", "scaling.launch", *args], env=env, cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 180
@@ -124,29 +125,26 @@ def test_a_launcher_killed_while_evaluating_leaves_trained_runs_that_the_relaunc
     assert trained, rows  # not `done`: its records are missing
     before = {d.name: _final_ckpt(d) for d in _runs(study) if (d / "ckpt").is_dir()}
     assert set(trained) <= set(before)
-    relaunch = _cli(env, "scaling.launch", *args)
-    assert relaunch.returncode == 0, relaunch.stderr[-2000:]
-    for run_dir in _runs(study):
-        assert read_status(run_dir)["state"] == "done" and _suites(run_dir) == {"cpu"}
-        assert _starts(run_dir) == 1, run_dir  # trained once: never again
-        if run_dir.name in before:
-            assert _final_ckpt(run_dir) == before[run_dir.name]
-    assert {row["state"] for row in _status_json(env, study).values()} == {"done"}
+    assert launch.main(args) == 0  # the relaunch
+    for run_dir in _runs(study):  # every run evaluated; the trained ones were not trained again
+        assert read_status(run_dir)["state"] == "done" and _suites(run_dir) == {"quick"}
+        if run_dir.name in trained:
+            assert _starts(run_dir) == 1 and _final_ckpt(run_dir) == before[run_dir.name], run_dir
+    assert {ledger.view(study, d.name).state for d in _runs(study)} == {"done"}
 
 
-def test_a_relaunch_with_another_suite_evaluates_every_run_again_and_another_name_is_refused(tmp_path, env, evaluated):
+def test_a_relaunch_with_another_suite_evaluates_every_run_again_and_another_name_is_refused(
+        tmp_path, env, evaluated, capsys):
     study = _copy(evaluated, tmp_path)
     before = {d.name: _final_ckpt(d) for d in _runs(study)}
     assert all(_suites(d) == {"quick"} for d in _runs(study))
     doc = ledger.read_study(study)
-    named = _cli(env, "scaling.launch", "--study-dir", str(study), *FLAGS, "--name", "renamed", "--no-report")
-    lines = named.stderr.strip().splitlines()
-    assert named.returncode == 2 and len(lines) == 1 and "name:" in lines[0] and doc["name"] in lines[0], lines
+    capsys.readouterr()
+    assert launch.main(["--study-dir", str(study), *FLAGS, "--name", "renamed", "--no-report"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "name:" in lines[0] and doc["name"] in lines[0], lines
     assert ledger.read_study(study) == doc
-    rows = _status_json(env, study)
-    assert {row["state"] for row in rows.values()} == {"done"}
-    proc = _cli(env, "scaling.launch", "--study-dir", str(study), *FLAGS, "--eval-suite", "cpu", "--no-report")
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert launch.main(["--study-dir", str(study), *FLAGS, "--eval-suite", "cpu", "--no-report"]) == 0
     assert ledger.read_study(study)["settings"]["eval_suite"] == "cpu"
     for run_dir in _runs(study):
         assert ledger.load_spec(study, run_dir.name).eval_suite == "cpu"
@@ -176,8 +174,7 @@ def test_a_kill_during_the_report_leaves_the_previous_report_and_the_next_write_
     proc.wait(timeout=30)
     assert _report_bytes(report) == previous
     assert list(study.glob(".report.tmp-*"))  # the dead writer's leftovers ...
-    again = _cli(env, "analysis.fit_curves", str(study), "--bootstrap", "10")
-    assert again.returncode == 0, again.stderr[-2000:]
+    assert fit_curves.main([str(study), "--bootstrap", "10"]) == 0
     assert not list(study.glob(".report.*"))  # ... are removed by the next write
     assert set(_report_bytes(report)) == set(previous)
 
@@ -189,10 +186,10 @@ def _limit_file_size(max_bytes: int):
     return apply
 
 
-def _assert_one_line_and_previous_report(proc, report: Path, previous: dict) -> None:
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 1 and len(lines) == 1, proc.stderr[-2000:]
-    assert "Traceback" not in proc.stderr and "previous report there is intact" in lines[0], lines
+def _assert_one_line_and_previous_report(returncode: int, stderr: str, report: Path, previous: dict) -> None:
+    lines = stderr.strip().splitlines()
+    assert returncode == 1 and len(lines) == 1, stderr[-2000:]
+    assert "Traceback" not in stderr and "previous report there is intact" in lines[0], lines
     assert _report_bytes(report) == previous
     assert not list(report.parent.glob(f".{report.name}.*"))
 
@@ -201,7 +198,7 @@ def test_a_file_size_limit_during_the_report_leaves_the_previous_report(tmp_path
     study = _copy(evaluated, tmp_path)
     previous = _report_bytes(study / "report")
     proc = _cli(env, "analysis.fit_curves", str(study), "--bootstrap", "10", preexec_fn=_limit_file_size(20_000))
-    _assert_one_line_and_previous_report(proc, study / "report", previous)
+    _assert_one_line_and_previous_report(proc.returncode, proc.stderr, study / "report", previous)
 
 
 @pytest.fixture()
@@ -219,30 +216,29 @@ def small_disk(tmp_path):
 
 def fill(path: Path, leave_bytes: int = 0) -> None:
     """Write `path` until the file system is full, then free `leave_bytes` again."""
-    with open(path, "wb") as handle:
+    with open(path, "wb", buffering=0) as handle:
         try:
-            while True:
-                handle.write(b"\0" * 4096)
-                handle.flush()
+            while handle.write(b"\0" * 4096):
+                pass
         except OSError as error:
             assert error.errno == errno.ENOSPC
-        handle.truncate(max(0, handle.tell() - leave_bytes))
+    os.truncate(path, max(0, path.stat().st_size - leave_bytes))
 
 
-def test_a_full_disk_during_the_report_leaves_the_previous_report(tmp_path, env, evaluated, small_disk):
+def test_a_full_disk_during_the_report_leaves_the_previous_report(tmp_path, env, evaluated, small_disk, capsys):
     study = _copy(evaluated, tmp_path)
     report = small_disk / "report"
     shutil.copytree(study / "report", report)
     previous = _report_bytes(report)
     fill(small_disk / "filler", leave_bytes=100_000)
-    proc = _cli(env, "analysis.fit_curves", str(study), "--bootstrap", "10", "--out", str(report))
-    _assert_one_line_and_previous_report(proc, report, previous)
+    capsys.readouterr()
+    code = fit_curves.main([str(study), "--bootstrap", "10", "--out", str(report)])
+    _assert_one_line_and_previous_report(code, capsys.readouterr().err, report, previous)
     (small_disk / "filler").unlink()
-    again = _cli(env, "analysis.fit_curves", str(study), "--bootstrap", "10", "--out", str(report))
-    assert again.returncode == 0, again.stderr[-2000:]
+    assert fit_curves.main([str(study), "--bootstrap", "10", "--out", str(report)]) == 0
 
 
-def test_a_deleted_ckpt_and_a_truncated_eval_parquet_show_in_status_and_fit_curves(tmp_path, env, evaluated):
+def test_a_deleted_ckpt_and_a_truncated_eval_parquet_show_in_status_and_fit_curves(tmp_path, env, evaluated, capsys):
     study = _copy(evaluated, tmp_path)
     gone, torn = _runs(study)
     shutil.rmtree(gone / "ckpt")
@@ -255,23 +251,21 @@ def test_a_deleted_ckpt_and_a_truncated_eval_parquet_show_in_status_and_fit_curv
     assert table[torn.name][5] == "trained" and table[torn.name][-1] == "eval-unreadable"
     assert f"run {gone.name}: done, but it has no checkpoint left" in human.stderr
     assert f"run {torn.name}: {torn / 'eval.parquet'} is unreadable" in human.stderr
-    rows = _status_json(env, study)
+    capsys.readouterr()
+    assert status.main([str(study), "--json"]) == 1
+    rows = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
     assert (rows[gone.name]["files"], rows[torn.name]["files"]) == ("ckpt-missing", "eval-unreadable")
     assert "no checkpoint left" in rows[gone.name]["warnings"][0] and "unreadable" in rows[torn.name]["warnings"][0]
-    fit = _cli(env, "analysis.fit_curves", str(study), "--bootstrap", "10")
-    assert fit.returncode == 0, fit.stderr[-2000:]
+    assert fit_curves.main([str(study), "--bootstrap", "10"]) == 0
     warnings = (study / "report" / "report.md").read_text().split("**Warnings:**")[1].split("#")[0]
     assert f"run {gone.name}: its checkpoints are missing" in warnings
     assert f"run {torn.name}: eval.parquet is unreadable" in warnings
     before = _final_ckpt(torn)
-    relaunch = _cli(env, "scaling.launch", "--study-dir", str(study), *FLAGS, "--no-report")
-    assert relaunch.returncode == 0, relaunch.stderr[-2000:]
+    assert launch.main(["--study-dir", str(study), *FLAGS, "--no-report"]) == 0  # evaluates it again
     assert _starts(torn) == 1 and _final_ckpt(torn) == before and _suites(torn) == {"quick"}
 
 
 def test_a_corrupt_final_checkpoint_shows_in_status_json_and_in_the_report(tmp_path, env, evaluated, capsys):
-    from analysis import fit_curves
-
     study = _copy(evaluated, tmp_path)
     run_dir = _runs(study)[0]
     model = sorted((run_dir / "ckpt").glob("step_*"))[-1] / "model.pt"
@@ -287,18 +281,18 @@ def test_a_corrupt_final_checkpoint_shows_in_status_json_and_in_the_report(tmp_p
 
 def test_after_a_full_disk_used_up_the_retries_retry_failed_retries(tmp_path, env, small_disk, capsys, monkeypatch):
     study = small_disk / "study"
-    argv = ["--study-dir", str(study), *flags(1), "--no-report", "--max-retries", "1"]
+    argv = ["--study-dir", str(study), *flags(1), "--no-report", "--max-retries", "0"]
     ledger.prepare(study, launch.study_from_args(launch.parser().parse_args(argv)))
     fill(small_disk / "filler", leave_bytes=200_000)  # room for the run's files, not its checkpoint
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
     assert launch.main(argv) == 1
     (run_dir,) = _runs(study)
     failed = read_status(run_dir)
-    assert failed["state"] == "failed" and failed["failures"] == 2 and "No space left" in failed["reason"]
+    assert failed["state"] == "failed" and failed["failures"] == 1 and "No space left" in failed["reason"]
     assert "--retry-failed" in capsys.readouterr().out
     assert status.main([str(study)]) == 1
     assert "relaunch the study with --retry-failed" in capsys.readouterr().err
     (small_disk / "filler").unlink()
-    assert launch.main(argv) == 1 and read_status(run_dir)["failures"] == 2  # retries used up: nothing runs
+    assert launch.main(argv) == 1 and read_status(run_dir)["failures"] == 1  # retries used up: nothing runs
     assert launch.main([*argv, "--retry-failed"]) == 0
     assert read_status(run_dir)["state"] == "done" and (run_dir / "eval.parquet").exists()
