@@ -167,7 +167,8 @@ def _read_json(path: Path) -> dict | None:
 
 def _run_state(run_dir: Path) -> str:
     status = _read_json(run_dir / "status.json") or {}
-    return str(status.get("state", "no status.json"))
+    state = str(status.get("state", "no status.json"))
+    return "trained, not evaluated" if state == "done" else state  # done means evaluated too
 
 
 def _run_options(run_dir: Path) -> pl.DataFrame | None:

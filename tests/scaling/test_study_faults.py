@@ -208,7 +208,7 @@ def small_disk(tmp_path):
         pytest.skip("a small tmpfs needs root")
     mount = tmp_path / "small"
     mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)]).returncode:
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], check=False).returncode:
         pytest.skip("tmpfs cannot be mounted here")
     yield mount
     subprocess.run(["umount", "-l", str(mount)], check=False)
@@ -268,7 +268,7 @@ def test_a_deleted_ckpt_and_a_truncated_eval_parquet_show_in_status_and_fit_curv
 def test_a_corrupt_final_checkpoint_shows_in_status_json_and_in_the_report(tmp_path, env, evaluated, capsys):
     study = _copy(evaluated, tmp_path)
     run_dir = _runs(study)[0]
-    model = sorted((run_dir / "ckpt").glob("step_*"))[-1] / "model.pt"
+    model = max((run_dir / "ckpt").glob("step_*")) / "model.pt"
     model.write_bytes(model.read_bytes()[:-4] + b"oops")
     capsys.readouterr()
     assert status.main([str(study), "--json"]) == 0
