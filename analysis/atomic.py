@@ -1,11 +1,11 @@
 """A report directory replaced as a whole: built in a temporary sibling folder, then swapped in.
 
-`build_dir(target, write)` calls `write(tmp)` on `.<name>.tmp-<pid>-<random>` beside the target,
+`build_dir(target, write)` calls `write(tmp)` on `.<name>.tmp-<pid>@<host>-<random>` beside the target,
 then exchanges the two folders in one `renameat2(RENAME_EXCHANGE)` (Linux; elsewhere, or where
 the file system lacks it, two renames with a moment in between), and deletes the old one. A kill
 or a full disk at any moment leaves the previous report whole; what the dead writer left beside
-it (`.<name>.tmp-*`, `.<name>.old-*` of a process that no longer runs) is removed by the next
-write. Entries of the target folder that the report does not write (a README beside the report)
+it (`.<name>.tmp-*`, `.<name>.old-*` of a process that no longer runs, or of another machine's
+process untouched for hours) is removed by the next write. Entries of the target folder that the report does not write (a README beside the report)
 are carried over into the new one as hard links.
 """
 from __future__ import annotations
@@ -14,7 +14,9 @@ import ctypes
 import errno
 import os
 import shutil
+import socket
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,8 +25,11 @@ AT_FDCWD = -100
 _STAGES = (".tmp-", ".old-")
 
 
+FOREIGN_STALE_S = 6 * 3600  # another machine's leftovers (shared storage) are removed after this long
+
+
 def _stage_name(target: Path, kind: str) -> str:
-    return f".{target.name}{kind}{os.getpid()}-"
+    return f".{target.name}{kind}{os.getpid()}@{socket.gethostname()}-"
 
 
 def _alive(pid: int) -> bool:
@@ -35,6 +40,21 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return pid != os.getpid()
+
+
+def _stale(path: Path, rest: str) -> bool:
+    """Whether the writer of a staging folder (`<pid>@<host>-<random>`) is gone: a dead process
+    on this machine, or one on another machine that has not touched it for FOREIGN_STALE_S."""
+    pid, _, host_and_random = rest.partition("@")
+    host = host_and_random.rpartition("-")[0]
+    if not pid.isdigit():
+        return False
+    if host == socket.gethostname():
+        return not _alive(int(pid))
+    try:
+        return time.time() - path.stat().st_mtime > FOREIGN_STALE_S
+    except OSError:
+        return False
 
 
 def remove_stale(target: Path) -> list[Path]:
@@ -48,8 +68,7 @@ def remove_stale(target: Path) -> list[Path]:
     for path in parent.glob(f".{target.name}.*-*") if parent.is_dir() else ():
         rest = next((path.name[len(f".{target.name}{kind}"):] for kind in _STAGES
                      if path.name.startswith(f".{target.name}{kind}")), None)
-        pid = rest.split("-")[0] if rest else ""
-        if pid.isdigit() and not _alive(int(pid)):
+        if rest is not None and _stale(path, rest):
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
             removed.append(path)
     return removed
@@ -77,12 +96,13 @@ def _link(src: str | Path, dest: str | Path) -> None:
         shutil.copy2(src, dest)
 
 
-def _carry_over(old: Path, new: Path) -> None:
-    """Hard-link the old folder's entries that the new one lacks (files the report does not own;
-    a torn `.*.tmp` file of an older writer is left behind)."""
+def _carry_over(old: Path, new: Path, owned: tuple[str, ...]) -> None:
+    """Hard-link the old folder's entries that the new one lacks and the writer does not own
+    (`owned`: names only it writes); a torn `.*.tmp` file of an older writer is left behind."""
     for entry in old.iterdir():
         dest = new / entry.name
-        if dest.exists() or dest.is_symlink() or (entry.name.startswith(".") and entry.name.endswith(".tmp")):
+        torn = entry.name.startswith(".") and entry.name.endswith(".tmp")
+        if entry.name in owned or torn or dest.exists() or dest.is_symlink():
             continue
         if entry.is_symlink():
             os.symlink(os.readlink(entry), dest)
@@ -106,8 +126,9 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def build_dir(target: Path, write: Callable[[Path], None]) -> Path:
-    """Build a folder with `write(tmp)` and put it in `target`'s place as a whole; returns `target`."""
+def build_dir(target: Path, write: Callable[[Path], None], owned: tuple[str, ...] = ()) -> Path:
+    """Build a folder with `write(tmp)` and put it in `target`'s place as a whole; returns `target`.
+    The old folder's other entries are kept, except those named in `owned` (the writer's own)."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale(target)
@@ -116,7 +137,7 @@ def build_dir(target: Path, write: Callable[[Path], None]) -> Path:
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700 would hide the report from others
         write(tmp)
         if target.is_dir():
-            _carry_over(target, tmp)
+            _carry_over(target, tmp, owned)
         _swap(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

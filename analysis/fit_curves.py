@@ -284,7 +284,10 @@ def tables(a: Analysis) -> dict[str, pl.DataFrame]:
 def write_report(a: Analysis, out_dir: Path) -> Path:
     """Write every output of the report into out_dir as a whole: built in a temporary folder and
     swapped in (analysis.atomic), so a kill or a full disk leaves the previous report intact."""
-    return atomic.build_dir(out_dir, lambda tmp: _write_files(a, tmp))
+    return atomic.build_dir(out_dir, lambda tmp: _write_files(a, tmp), owned=REPORT_ENTRIES)
+
+
+REPORT_ENTRIES = ("fits.json", "tables", "figures", "report.md", "report.html", "study.json")  # the rest is kept
 
 
 def _write_files(a: Analysis, out_dir: Path) -> None:

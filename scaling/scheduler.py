@@ -57,7 +57,8 @@ class Scheduler:
         self.study_dir = Path(study_dir)
         self.executor = executor
         self.max_retries = max_retries
-        self.allowed = retry_allowance([ledger.view(self.study_dir, r) for r in run_ids], max_retries, retry_failed)
+        self.allowed = (retry_allowance([ledger.view(self.study_dir, r) for r in run_ids], max_retries, True)
+                        if retry_failed else {})
         attached = attached or {}
         self.queue: deque[str] = deque(r for r in run_ids if r not in attached)
         self.active: dict[str, Handle] = {r: h for r, h in attached.items() if r in run_ids}
