@@ -133,6 +133,8 @@ def _check(args: argparse.Namespace) -> tuple[StudySpec, Path, Any]:
     if world_size > 1:
         study = study_from_args(args, world_size)
     study_dir = Path(args.study_dir) if args.study_dir else STUDIES_ROOT / study.name
+    named = args.name is not None or bool(args.spec and "name" in load_toml(args.spec))
+    study = ledger.adopt_name(study_dir, study, named)
     ledger.check_study_dir(study_dir, study)
     preflight.check_study(study, study_dir)
     return study, study_dir, options

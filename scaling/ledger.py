@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,18 @@ def check_study_dir(study_dir: str | Path, study: StudySpec) -> None:
         raise StudyError(f"name: {path} holds study {existing.get('name')!r}, not {study.name!r} (its records "
                          f"carry that name); relaunch with --name {existing.get('name')}, or pass another "
                          f"--study-dir for a study named {study.name}")
+
+
+def adopt_name(study_dir: str | Path, study: StudySpec, named: bool) -> StudySpec:
+    """The study under the name its directory already gives it, when the user named none
+    (`named` False) and the runs are the same: a derived name (`<preset>-<hash>`, which a changed
+    suite changes) is no choice of theirs. An explicit other name is refused by check_study_dir."""
+    existing = read_study(study_dir) if Path(study_dir).is_dir() else None
+    if named or existing is None or existing.get("hash") != study.study_hash or existing.get("name") == study.name:
+        return study
+    name = str(existing.get("name"))
+    cells = tuple(replace(cell, spec=cell.spec.replace(study=name)) for cell in study.cells)
+    return replace(study, name=name, cells=cells)
 
 
 def prepare(study_dir: str | Path, study: StudySpec) -> None:
