@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import polars as pl
 
 from cli import Parser, int_arg, parse, run_main
 
-from analysis import DEFAULT_BOOTSTRAP, ablations, fairness, figures, frontier_figures, io, sections, summary
+from analysis import DEFAULT_BOOTSTRAP, ablations, atomic, fairness, figures, frontier_figures, io, sections, summary
 from analysis.data_ledger import repetition_notes
 from analysis.selection import select
 from analysis.cells import CELL_KEYS, build_cells, latest
@@ -294,8 +295,15 @@ def tables(a: Analysis) -> dict[str, pl.DataFrame]:
 
 
 def write_report(a: Analysis, out_dir: Path) -> Path:
-    """Write every output of the report into out_dir (atomic file writes)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Write every output of the report into out_dir as a whole: built in a temporary folder and
+    swapped in (analysis.atomic), so a kill or a full disk leaves the previous report intact."""
+    return atomic.build_dir(out_dir, lambda tmp: _write_files(a, tmp), owned=REPORT_ENTRIES)
+
+
+REPORT_ENTRIES = ("fits.json", "tables", "figures", "report.md", "report.html", "study.json")  # the rest is kept
+
+
+def _write_files(a: Analysis, out_dir: Path) -> None:
     front = frontier_figures.build(a.selection, a.final, a.bootstrap, a.seed)  # isoFLOP studies, sweeps
     io.write_text(out_dir / "fits.json", fits_json(a, front.doc))
     for name, frame in tables(a).items():
@@ -310,7 +318,6 @@ def write_report(a: Analysis, out_dir: Path) -> Path:
     manifest = a.inputs.study_dir / "study.json" if a.inputs.study_dir else None
     if manifest is not None and manifest.is_file():
         io.write_bytes(out_dir / "study.json", manifest.read_bytes())
-    return out_dir
 
 
 def default_out(paths: list[Path]) -> Path:
@@ -359,7 +366,12 @@ def main(argv: list[str] | None = None) -> int:
             raise RecordsError(f"--seed: {args.seed} must be in [0, 2**32); pass a non-negative seed")
         out = Path(args.out) if args.out is not None else default_out([Path(p) for p in args.paths])
         check_out(out)
-        print(run(args.paths, out, bootstrap=args.bootstrap, x=args.x, seed=args.seed) / "report.html")
+        try:
+            written = run(args.paths, out, bootstrap=args.bootstrap, x=args.x, seed=args.seed)
+        except OSError as error:  # a full disk, a size limit: one line, the previous report kept
+            print(f"fit_curves: {atomic.failure_line(error, out)}", file=sys.stderr)
+            return 1
+        print(written / "report.html")
         return 0
 
     return run_main("fit_curves", body)

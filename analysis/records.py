@@ -13,6 +13,8 @@ from pathlib import Path
 
 import polars as pl
 
+from analysis.record_values import check_values
+from analysis.run_health import run_records
 from cli import InputError
 
 # column -> (kind, nullable); kinds: str, int, float (ints accepted and cast). CONTRACTS.md "Records".
@@ -71,7 +73,9 @@ def validate(frame: pl.DataFrame, source: str) -> pl.DataFrame:
     if len(frame) and frame["n_params"].min() <= 0:
         raise RecordsError(f"{source}: column 'n_params' has a value <= 0; parameter counts must be positive")
     casts = [pl.col(n).cast(CAST[k]) for n, (k, _) in SCHEMA.items()]
-    return frame.with_columns(casts)
+    frame = frame.with_columns(casts)
+    check_values(frame, source)
+    return frame
 
 
 def read_file(path: Path) -> pl.DataFrame:
@@ -119,14 +123,19 @@ def load(paths: list[str | Path]) -> Inputs:
 
 
 def _load_study(study: Path) -> dict[str, list]:
-    files = sorted(study.glob("runs/*/eval.parquet"))
-    if not files:
+    """A study's usable records (analysis.run_health: unreadable, outdated or partial records are
+    left out with a note, as are damaged checkpoints named), options, curves and notes."""
+    if not sorted(study.glob("runs/*/eval.parquet")):
         raise RecordsError(f"{study}/runs/*/eval.parquet: no records found; evaluate runs or pass record files")
-    out: dict[str, list] = {"frames": [read_file(f) for f in files], "options": [], "curves": [], "missing": [],
-                            "notes": []}
+    out: dict[str, list] = {"frames": [], "options": [], "curves": [], "missing": [], "notes": []}
     unevaluated: dict[str, list[str]] = {}
+    damage: list[str] = []
     for run_dir in sorted(p for p in (study / "runs").iterdir() if p.is_dir()):
-        if not (run_dir / "eval.parquet").is_file():
+        frame, notes = run_records(run_dir, validate, _read_json(run_dir / "spec.json"))
+        damage += notes
+        if frame is not None:
+            out["frames"].append(frame)
+        elif not (run_dir / "eval.parquet").is_file():
             out["missing"].append(f"{run_dir.name} ({_run_state(run_dir)})")
         for warning in (_read_json(run_dir / "status.json") or {}).get("warnings", []):
             if str(warning).startswith(UNEVALUATED_PREFIX):
@@ -137,7 +146,10 @@ def _load_study(study: Path) -> dict[str, list]:
         curve = _run_curve(run_dir)
         if curve is not None:
             out["curves"].append(curve)
-    out["notes"] = [f"not evaluated in {len(runs)} run(s): {what}" for what, runs in sorted(unevaluated.items())]
+    out["notes"] = damage + [f"not evaluated in {len(runs)} run(s): {what}" for what, runs in sorted(unevaluated.items())]
+    if not out["frames"]:
+        raise RecordsError(f"{study}/runs/*/eval.parquet: no usable records ({'; '.join(damage)[:300]}); relaunch the "
+                           f"study to evaluate its runs")
     return out
 
 
@@ -155,7 +167,8 @@ def _read_json(path: Path) -> dict | None:
 
 def _run_state(run_dir: Path) -> str:
     status = _read_json(run_dir / "status.json") or {}
-    return str(status.get("state", "no status.json"))
+    state = str(status.get("state", "no status.json"))
+    return "trained, not evaluated" if state == "done" else state  # done means evaluated too
 
 
 def _run_options(run_dir: Path) -> pl.DataFrame | None:

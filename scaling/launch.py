@@ -26,7 +26,7 @@ from jobs.run.lock import exclusive
 from . import ledger, preflight
 from .backends import BACKENDS, add_flags, check_foreign_flags
 from .plan import format_plan, plan_rows, refusal, usable_cores
-from .scheduler import Scheduler, submit_runs, to_submit
+from .scheduler import Scheduler, retry_allowance, submit_runs, to_submit
 from .presets import PRESETS
 from .study import StudyError, StudySpec, build_study, load_toml
 
@@ -90,6 +90,8 @@ def parser() -> argparse.ArgumentParser:
     add("--backend", default="local", help=f"executor: {', '.join(EXECUTORS)}")
     add("--max-parallel", type=int_arg, help="runs at once (local: default one per GPU, else one per core)")
     add("--max-retries", type=int_arg, default=1, help="retries of a failed run (default 1; ray: per trial too)")
+    add("--retry-failed", action="store_true", help="give runs that used up their retries --max-retries more "
+                                                    "(e.g. after freeing a full disk)")
     add("--wait", action="store_true", help="slurm: wait for the jobs, then write the report")
     add("--bootstrap", type=int_arg, default=DEFAULT_BOOTSTRAP,
         help=f"bootstrap resamples of the fits (default {DEFAULT_BOOTSTRAP})")
@@ -143,6 +145,8 @@ def _check(args: argparse.Namespace) -> tuple[StudySpec, Path, Any]:
     if world_size > 1:
         study = study_from_args(args, world_size)
     study_dir = Path(args.study_dir) if args.study_dir else STUDIES_ROOT / study.name
+    named = args.name is not None or bool(args.spec and "name" in load_toml(args.spec))
+    study = ledger.adopt_name(study_dir, study, named)
     ledger.check_study_dir(study_dir, study)
     preflight.check_study(study, study_dir)
     return study, study_dir, options
@@ -162,7 +166,8 @@ def launch(args: argparse.Namespace, study: StudySpec, study_dir: Path, options:
     if backend.detached and not args.wait:
         return submit_only(args, study, study_dir, executor, attached)
     progress = False if args.no_progress else None
-    final = Scheduler(study_dir, study.run_ids, executor, args.max_retries, progress, attached).run()
+    final = Scheduler(study_dir, study.run_ids, executor, args.max_retries, progress, attached,
+                      retry_failed=args.retry_failed).run()
     return finish(args, study, study_dir, final)
 
 
@@ -170,7 +175,8 @@ def submit_only(args: argparse.Namespace, study: StudySpec, study_dir: Path, exe
                 attached: dict[str, Any]) -> int:
     """Submit every run that is neither done, out of retries, queued nor running; return at once."""
     views = [ledger.view(study_dir, r) for r in study.run_ids]
-    todo = [v.run_id for v in views if v.run_id not in attached and to_submit(v, args.max_retries)]
+    allowed = retry_allowance(views, args.max_retries, args.retry_failed)
+    todo = [v.run_id for v in views if v.run_id not in attached and to_submit(v, allowed[v.run_id])]
     handles = submit_runs(executor, [ledger.run_dir(study_dir, r) for r in todo])
     jobs = sorted({h.job_id.split("_")[0] for h in handles})
     counts = Counter(v.state for v in views if v.run_id not in todo and v.run_id not in attached)
@@ -189,12 +195,19 @@ def finish(args: argparse.Namespace, study: StudySpec, study_dir: Path, final: d
     for run_id, state in final.items():
         if state != "done":
             print(f"  {names.get(run_id, run_id)} {state} ({run_id}): {ledger.view(study_dir, run_id).reason}")
+    if "failed" in counts:
+        print("  retry the failed runs: relaunch with --retry-failed")
     all_done = counts.get("done", 0) == len(final)
     judge_pass(study_dir, [r for r, state in final.items() if state == "done"])
     if args.no_report or not counts.get("done"):
         return 0 if all_done else 1
     try:
         report_dir = write_report(study_dir, args.bootstrap)
+    except OSError as error:  # a full disk: the previous report is kept whole (analysis.atomic)
+        from analysis.atomic import failure_line  # noqa: PLC0415 - imported only after training
+
+        print(f"launch: {failure_line(error, study_dir / 'report')}", file=sys.stderr)
+        return 1
     except Exception as error:  # the runs are kept; the report can be rebuilt with analysis.fit_curves
         print(f"launch: report: not written ({one_line(error)}); rerun python -m analysis.fit_curves "
               f"{study_dir}", file=sys.stderr)

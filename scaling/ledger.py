@@ -4,17 +4,20 @@
 variant, size, seed, ablation factors); `<study>/runs/<run_id>/` holds what the trainer writes
 (spec.json, status.json, checkpoints, metrics, eval). A run's ledger state combines status.json
 with its lock: `running` only while a live process holds it, `interrupted` when status.json says
-running but nobody does (a killed launcher), to be resumed.
+running but nobody does (a killed launcher), to be resumed. Evaluation is part of a run's truth:
+a run whose training is done but whose records are missing, unreadable, partial or of another
+suite than its spec's is `trained` (jobs.evalstate), and the next launch evaluates it.
 """
 from __future__ import annotations
 
 import fcntl
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from jobs.run import files as runfiles
+from jobs.eval.state import records_gap
 from jobs.executors import lock_held
 from jobs.run.spec import RunSpec
 
@@ -55,17 +58,37 @@ def check_study_dir(study_dir: str | Path, study: StudySpec) -> None:
     if existing is not None and existing.get("hash") != study.study_hash:
         raise StudyError(f"study-dir: {path} holds a different study ({existing.get('name')}, hash "
                          f"{existing.get('hash')} != {study.study_hash}); pass another --study-dir")
+    if existing is not None and existing.get("name") != study.name:
+        raise StudyError(f"name: {path} holds study {existing.get('name')!r}, not {study.name!r} (its records "
+                         f"carry that name); relaunch with --name {existing.get('name')}, or pass another "
+                         f"--study-dir for a study named {study.name}")
+
+
+def adopt_name(study_dir: str | Path, study: StudySpec, named: bool) -> StudySpec:
+    """The study under the name its directory already gives it, when the user named none
+    (`named` False) and the runs are the same: a derived name (`<preset>-<hash>`, which a changed
+    suite changes) is no choice of theirs. An explicit other name is refused by check_study_dir."""
+    existing = read_study(study_dir) if Path(study_dir).is_dir() else None
+    if named or existing is None or existing.get("hash") != study.study_hash or existing.get("name") == study.name:
+        return study
+    name = str(existing.get("name"))
+    cells = tuple(replace(cell, spec=cell.spec.replace(study=name)) for cell in study.cells)
+    return replace(study, name=name, cells=cells)
 
 
 def prepare(study_dir: str | Path, study: StudySpec) -> None:
-    """Create the ledger (idempotent): study.json and each run's spec.json, under the study lock."""
+    """Create the ledger (idempotent): study.json and each run's spec.json, under the study lock.
+
+    The same runs with other settings that change no run id (the evaluation suite, resources,
+    tracking) rewrite study.json and the spec.json files; runs whose records are then of another
+    suite show as `trained` and are evaluated again, never trained again."""
     path = Path(study_dir)
     check_study_dir(path, study)
     (path / RUNS_DIR).mkdir(parents=True, exist_ok=True)
     with open(path / STUDY_LOCK, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         check_study_dir(path, study)
-        if read_study(path) is None:
+        if read_study(path) != json.loads(json.dumps(study.to_dict(), default=str)):
             runfiles.atomic_write_json(path / STUDY_FILE, study.to_dict())
         for cell in study.cells:
             _write_spec(run_dir(path, cell.run_id), cell.spec)
@@ -86,7 +109,7 @@ class RunView:
     """What the ledger knows about one run."""
 
     run_id: str
-    state: str  # pending | running | interrupted | done | failed | preempted
+    state: str  # pending | running | interrupted | trained | done | failed | preempted
     step: int
     steps: int
     attempts: int
@@ -104,9 +127,21 @@ def view(study_dir: str | Path, run_id: str) -> RunView:
         state = "running"
     elif state == "running":
         state = "interrupted"
+    reason = str(status.get("reason", ""))
+    if state == "done":
+        gap = _records_gap(directory, int(status.get("steps", 0)))
+        state, reason = ("trained", gap) if gap else (state, reason)
     return RunView(run_id, state, int(status.get("step", 0)), int(status.get("steps", 0)),
-                   int(status.get("attempts", 0)), int(status.get("failures", 0)),
-                   str(status.get("reason", "")))
+                   int(status.get("attempts", 0)), int(status.get("failures", 0)), reason)
+
+
+def _records_gap(directory: Path, steps: int) -> str | None:
+    """What a trained run's records lack for its spec's suite (None: it is done)."""
+    try:
+        suite = str(runfiles.read_json(directory / runfiles.SPEC_FILE, default={}).get("eval_suite", RunSpec.eval_suite))
+    except (OSError, ValueError, AttributeError):
+        suite = RunSpec.eval_suite
+    return records_gap(directory, suite, steps)
 
 
 def study_run_ids(study_dir: str | Path) -> list[str]:

@@ -2,7 +2,9 @@
 
 Idempotent by construction: every decision is re-read from the ledger. Done runs are skipped,
 interrupted and preempted runs are resubmitted (the trainer resumes from its last checkpoint),
-failed runs are retried while `failures <= max_retries`, and a run whose lock another live
+trained runs (records missing or outdated) are submitted to be evaluated (never trained again),
+failed runs are retried while `failures <= max_retries` (with `retry_failed`, a run that had used
+up its retries when the launch began gets `max_retries` more tries), and a run whose lock another live
 process holds (a second launcher) is set aside and looked at again once that lock is released.
 Runs decided in one pass go to the executor together (`submit_all`, e.g. one Slurm job array),
 and runs an earlier launch left queued (`attached` handles) are waited on, not resubmitted.
@@ -28,6 +30,13 @@ def is_final(run: ledger.RunView, max_retries: int) -> bool:
     return run.state == "done" or (run.state == "failed" and run.failures > max_retries)
 
 
+def retry_allowance(views: list[ledger.RunView], max_retries: int, retry_failed: bool) -> dict[str, int]:
+    """Per run, the failures its retries may reach: `max_retries`, or with `retry_failed`
+    `max_retries` more than a failed run that has used up its retries already has."""
+    return {v.run_id: max_retries + (v.failures if retry_failed and v.state == "failed" and v.failures > max_retries
+                                     else 0) for v in views}
+
+
 def to_submit(run: ledger.RunView, max_retries: int) -> bool:
     """Whether the run still has to be trained and nobody is training it now."""
     return not is_final(run, max_retries) and run.state != "running"
@@ -44,10 +53,12 @@ class Scheduler:
 
     def __init__(self, study_dir: str | Path, run_ids: list[str], executor: Executor,
                  max_retries: int = 1, progress: bool | None = None,
-                 attached: dict[str, Handle] | None = None) -> None:
+                 attached: dict[str, Handle] | None = None, retry_failed: bool = False) -> None:
         self.study_dir = Path(study_dir)
         self.executor = executor
         self.max_retries = max_retries
+        self.allowed = (retry_allowance([ledger.view(self.study_dir, r) for r in run_ids], max_retries, True)
+                        if retry_failed else {})
         attached = attached or {}
         self.queue: deque[str] = deque(r for r in run_ids if r not in attached)
         self.active: dict[str, Handle] = {r: h for r, h in attached.items() if r in run_ids}
@@ -95,11 +106,13 @@ class Scheduler:
     def _decide(self, run_id: str) -> bool:
         """Skip or set aside one run from what the ledger says now; True when it is to be submitted."""
         run = ledger.view(self.study_dir, run_id)
-        if is_final(run, self.max_retries):
-            self._finalize(run_id, run.state, run.reason)
-        elif run.state == "running":
+        retries = self.allowed.get(run_id, self.max_retries)
+        if is_final(run, retries) or (run.state == "trained" and run_id in self.trained):
+            self._finalize(run_id, run.state, run.reason)  # evaluated once this launch: not looped
+            return False
+        if run.state == "running":
             self.waiting.add(run_id)
-        return to_submit(run, self.max_retries)
+        return to_submit(run, retries)
 
     def _reap(self) -> None:
         for run_id, handle in list(self.active.items()):
@@ -122,7 +135,7 @@ class Scheduler:
             return
         self.final[run_id] = state
         self.bar.update(1)
-        note = f": {reason}" if state == "failed" and reason else ""
+        note = f": {reason}" if state in ("failed", "trained") and reason else ""
         line = f"[{len(self.final)}/{self.bar.total}] {self.name(run_id)} {state} ({run_id}){note}"
         tqdm.write(line, file=sys.stderr)
 

@@ -6,12 +6,17 @@ A study submitted to Slurm gets a `queue` column: the scheduler's state of each 
 (PENDING, RUNNING, COMPLETED, ...; `UNKNOWN` when Slurm cannot be asked, `-` for a run never
 submitted) beside the ledger state.
 
-A run the table cannot show as it should (its folder or spec.json missing or corrupt, a
-status.json rebuilt from its checkpoints, a done run whose final checkpoint fails its checksum)
-gets a `warning:` line under the table instead of stopping the command.
+State `trained`: training is done but the records are not the run's result yet (not evaluated,
+an unreadable eval.parquet, partial, or of another suite); relaunching the study evaluates it.
+The `files` column says what is damaged (`ok` otherwise): `ckpt-missing` (no checkpoint left),
+`ckpt-corrupt` (the final one fails its checksum), `eval-unreadable` (a truncated eval.parquet).
+Each damaged or failed run also gets a `warning:` line under the table saying how to repair or
+retry it (`--retry-failed`), as does a run the table cannot show as it should (its folder or
+spec.json missing or corrupt, a status.json rebuilt from its checkpoints).
 
-`--json` prints one JSON object instead: `{"study", "runs": [{column: value}], "counts": {state: n}}`
-(seed, loss and tries as numbers, unknown values as null), for scripts and dashboards.
+`--json` prints one JSON object instead: `{"study", "runs": [{column: value, "warnings": [...]}],
+"counts": {state: n}}` (seed, loss and tries as numbers, unknown values as null), for scripts and
+dashboards; the warnings go to stderr as well.
 
 Exit status: 0 when every run is done, 1 otherwise, 2 when the path holds no study.
 """
@@ -27,16 +32,18 @@ from analysis.fairness import plateau_table
 from cli import InputError, Parser, parse, run_main
 from jobs.train import checkpoint as ckpt
 from jobs.executors.slurm import queue_states
-from jobs.eval.records import read_records
-from jobs.run.files import METRICS_FILE, read_status
 from jobs.data.ledger import ledger_columns
+from jobs.eval.state import read_stamp
+from jobs.eval.records import EVAL_FILE, read_records
+from jobs.run.files import METRICS_FILE, read_status
 from jobs.run.spec import RunSpec
 
 from . import ledger
 
 TAIL_BYTES = 65_536  # enough for the last few dozen metric rows
 VERIFY_MAX_BYTES = 1 << 30  # final checkpoints up to 1 GiB are checksummed every time (--verify: all)
-COLUMNS = ("run_id", "family", "variant", "size", "seed", "state", "progress", "loss", "eta", "tries", "learned")
+COLUMNS = ("run_id", "family", "variant", "size", "seed", "state", "progress", "loss", "eta", "tries", "learned",
+           "files")
 QUEUE_COLUMN = "queue"
 
 
@@ -60,7 +67,7 @@ def last_train_row(run_dir: Path) -> dict[str, Any] | None:
 
 def eta_s(run: ledger.RunView, step_tokens: int, row: dict[str, Any] | None) -> float | None:
     """Seconds left at the last logged throughput (None when unknown or finished)."""
-    if row is None or run.state in ("done", "failed") or not row.get("tokens_per_s"):
+    if row is None or run.state in ("done", "trained", "failed") or not row.get("tokens_per_s"):
         return None
     return max(0, run.steps - run.step) * step_tokens / float(row["tokens_per_s"])
 
@@ -80,8 +87,9 @@ def _spec(study_dir: Path, run_id: str) -> RunSpec | None:
         return None
 
 
-def row_for(study_dir: Path, run_id: str, info: dict[str, Any]) -> tuple[str, ...]:
-    """One table row (a run whose spec.json is missing or corrupt shows what status.json says)."""
+def row_for(study_dir: Path, run_id: str, info: dict[str, Any], files: str = "ok") -> tuple[str, ...]:
+    """One table row (a run whose spec.json is missing or corrupt shows what status.json says);
+    `files` is the damage column (see `damage`)."""
     run = ledger.view(study_dir, run_id)
     directory = ledger.run_dir(study_dir, run_id)
     spec = _spec(study_dir, run_id)
@@ -91,7 +99,7 @@ def row_for(study_dir: Path, run_id: str, info: dict[str, Any]) -> tuple[str, ..
     progress = f"{run.step}/{steps} ({100 * run.step / steps:.0f}%)" if steps else "-"
     eta = _duration(eta_s(run, spec.batch_size * spec.seq_len, metrics)) if spec else "-"
     return (run_id, info["family"], info["variant"], info["size"], str(info["seed"]), run.state,
-            progress, loss, eta, str(run.attempts), learned(directory))
+            progress, loss, eta, str(run.attempts), learned(directory), files)
 
 
 def learned(run_dir: Path) -> str:
@@ -110,23 +118,48 @@ def learned(run_dir: Path) -> str:
 
 def run_warnings(study_dir: Path, run_id: str, verify_all: bool = False) -> list[str]:
     """What is wrong with one run's files, one line each (empty when nothing is)."""
+    return damage(study_dir, run_id, verify_all)[1]
+
+
+def damage(study_dir: Path, run_id: str, verify_all: bool = False) -> tuple[str, list[str]]:
+    """(the `files` column, one warning line per problem) of one run: a missing folder or
+    spec.json, a rebuilt status.json, missing or corrupt checkpoints of a trained run, an
+    unreadable eval.parquet, a failed run (how to retry it)."""
     directory = ledger.run_dir(study_dir, run_id)
     if not directory.is_dir():
-        return [f"run {run_id}: its folder {directory} is missing; relaunch the study to train it again"]
-    out = []
+        return "run-missing", [f"run {run_id}: its folder {directory} is missing; relaunch the study to train it again"]
+    tags, out = [], []
     if _spec(study_dir, run_id) is None:
         out.append(f"run {run_id}: spec.json is missing or corrupt; relaunch the study to rewrite it")
     status = read_status(directory)
     out += [f"run {run_id}: {w}" for w in status.get("warnings", []) if str(w).startswith("status:")]
     out += repeats_data(run_id, _spec(study_dir, run_id))
+    for tag, line in _checkpoint_damage(directory, run_id, status, verify_all) + _records_damage(directory, run_id):
+        tags.append(tag)
+        out.append(line)
+    run = ledger.view(study_dir, run_id)
+    if run.state == "trained" and "eval-unreadable" not in tags:
+        out.append(f"run {run_id}: {run.reason}; relaunch the study to evaluate it (it is not trained again)")
+    if status.get("state") == "failed":
+        out.append(f"run {run_id}: failed ({status.get('reason', 'no reason recorded')}); retry it: relaunch the "
+                   f"study with --retry-failed")
+    return ",".join(tags) or "ok", out
+
+
+def _checkpoint_damage(directory: Path, run_id: str, status: dict, verify_all: bool) -> list[tuple[str, str]]:
+    """Missing or corrupt checkpoints of a run whose training is done."""
+    if status.get("state") != "done":
+        return []
     saved = ckpt.checkpoint_dirs(directory)
-    if status.get("state") == "done" and saved:
-        size = sum(p.stat().st_size for p in saved[-1].rglob("*") if p.is_file())
-        problem = ckpt.verify(saved[-1]) if verify_all or size <= VERIFY_MAX_BYTES else None
-        if problem:
-            out.append(f"run {run_id}: done, but its final checkpoint {saved[-1].name} is corrupt ({problem}); "
-                       f"rerun python -m jobs.train --run-dir {directory} to train it again from the last valid one")
-    return out
+    if not saved:
+        return [("ckpt-missing", f"run {run_id}: done, but it has no checkpoint left under {directory / 'ckpt'}; its "
+                 f"records stay usable, but evaluating it again means training it again")]
+    size = sum(p.stat().st_size for p in saved[-1].rglob("*") if p.is_file())
+    problem = ckpt.verify(saved[-1]) if verify_all or size <= VERIFY_MAX_BYTES else None
+    if not problem:
+        return []
+    return [("ckpt-corrupt", f"run {run_id}: done, but its final checkpoint {saved[-1].name} is corrupt ({problem}); "
+             f"rerun python -m jobs.train --run-dir {directory} to train it again from the last valid one")]
 
 
 def repeats_data(run_id: str, spec: RunSpec | None) -> list[str]:
@@ -138,12 +171,30 @@ def repeats_data(run_id: str, spec: RunSpec | None) -> list[str]:
             f"({seen['unique_tokens']:,} unique tokens of {spec.tokens:,}); repetition favours masked diffusion"]
 
 
-def table(study_dir: Path) -> tuple[list[tuple[str, ...]], Counter]:
-    """Rows in launch order and the count of runs per state (plus `queue` for Slurm studies)."""
+def _records_damage(directory: Path, run_id: str) -> list[tuple[str, str]]:
+    """An eval.parquet that exists but cannot be read (truncated, not parquet)."""
+    path = directory / EVAL_FILE
+    if not path.exists():
+        return []
+    try:
+        read_stamp(path)
+    except Exception as error:  # polars raises several types for a torn file
+        return [("eval-unreadable", f"run {run_id}: {path} is unreadable ({type(error).__name__}: truncated or "
+                 f"corrupt); relaunch the study to evaluate the run again")]
+    return []
+
+
+def table(study_dir: Path, verify_all: bool = False,
+          warnings: dict[str, list[str]] | None = None) -> tuple[list[tuple[str, ...]], Counter]:
+    """Rows in launch order and the count of runs per state (plus `queue` for Slurm studies);
+    each run's warning lines go into `warnings` when given."""
     doc = ledger.read_study(study_dir)
     if doc is None:
         raise InputError(f"study: {study_dir} holds no study.json; pass a study directory made by scaling.launch")
-    rows = [row_for(study_dir, run_id, doc["runs"][run_id]) for run_id in doc["order"]]
+    found = {run_id: damage(study_dir, run_id, verify_all) for run_id in doc["order"]}
+    if warnings is not None:
+        warnings.update({run_id: lines for run_id, (_, lines) in found.items()})
+    rows = [row_for(study_dir, run_id, doc["runs"][run_id], found[run_id][0]) for run_id in doc["order"]]
     queue = queue_states(study_dir)
     if queue:
         rows = [(*row, queue.get(row[0], {}).get("queue_state", "-")) for row in rows]
@@ -161,11 +212,13 @@ def render(rows: list[tuple[str, ...]]) -> str:
 JSON_NUMBERS = {"seed": int, "loss": float, "tries": int}  # the other columns stay text (`-` -> null)
 
 
-def as_json(study_dir: Path, rows: list[tuple[str, ...]], counts: Counter) -> str:
-    """The `--json` document: every row as an object keyed by column, plus the counts per state."""
+def as_json(study_dir: Path, rows: list[tuple[str, ...]], counts: Counter,
+            warnings: dict[str, list[str]] | None = None) -> str:
+    """The `--json` document: every row as an object keyed by column (with its `warnings`), plus
+    the counts per state."""
     header = COLUMNS + (QUEUE_COLUMN,) if rows and len(rows[0]) > len(COLUMNS) else COLUMNS
-    runs = [{key: None if cell == "-" else JSON_NUMBERS.get(key, str)(cell) for key, cell in zip(header, row)}
-            for row in rows]
+    runs = [{**{key: None if cell == "-" else JSON_NUMBERS.get(key, str)(cell) for key, cell in zip(header, row)},
+             "warnings": (warnings or {}).get(row[0], [])} for row in rows]
     return json.dumps({"study": str(study_dir), "runs": runs, "counts": dict(sorted(counts.items()))}, indent=1)
 
 
@@ -180,14 +233,15 @@ def main(argv: list[str] | None = None) -> int:
         return args
 
     def body() -> int:
-        rows, counts = table(Path(args.study))
+        warnings: dict[str, list[str]] = {}
+        rows, counts = table(Path(args.study), args.verify, warnings)
         if args.json:
-            print(as_json(Path(args.study), rows, counts))
+            print(as_json(Path(args.study), rows, counts, warnings))
         else:
             print(render(rows))
             print(f"{len(rows)} runs: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
         for row in rows:
-            for warning in run_warnings(Path(args.study), row[0], args.verify):
+            for warning in warnings.get(row[0], []):
                 print(f"warning: {warning}", file=sys.stderr)
         return 0 if counts.get("done", 0) == len(rows) else 1
 

@@ -49,6 +49,7 @@ from jobs.data.corpus import get_encoding
 from jobs.run.files import add_status_warning
 from jobs.data.unigram import unigram_window_nll
 from jobs.data import heldout
+from jobs.eval.state import check_done
 from models import likelihood as lk
 
 EVAL_SEED = 20240917  # any fixed number; recorded in every row as eval_seed
@@ -339,12 +340,13 @@ def weight_kinds(spec, weights: str) -> tuple[str, ...]:
     return ("ema", "raw") if spec.ema > 0 else ("raw",)
 
 
-def evaluate(run_dir: str | Path, suite: str = "quick", **overrides) -> pl.DataFrame:
+def evaluate(run_dir: str | Path, suite: str = "quick", fresh: bool = False, **overrides) -> pl.DataFrame:
     """Evaluate the run's checkpoint with a suite; writes and returns run_dir/eval.parquet's rows.
 
     Overrides: k_mc, m_max, n_targets, val_chunks, ensemble_chunks, zero_shot (names),
     zero_shot_chunks, seed, weights (auto|ema|raw), seq_len, data_dir. Besides the family's
     metrics, each dataset gets its `nll_unigram` baseline (a property of the data, weights null).
+    Every row names `suite`; `fresh` drops the run's earlier records instead of merging into them.
     """
     settings = make_settings(suite, **overrides)
     rows: list[dict] = []
@@ -360,12 +362,12 @@ def evaluate(run_dir: str | Path, suite: str = "quick", **overrides) -> pl.DataF
         if kind != info.weights:
             model, spec, info = load_run(run_dir, kind)
         ctx = {**run_context(spec, model.count_params(), model.flops_per_token(), info.step, info.weights),
-               "eval_seed": settings.seed, **settings.place.columns()}
+               "eval_seed": settings.seed, "suite": suite, **settings.place.columns()}
         rows += compute_rows(model, spec, datasets, ctx, settings, Path(run_dir), missing)
     rows += unigram_rows(spec, model.vocab_size, datasets, {**ctx, "weights": None})
     windows = ew.take(rows)
-    frame = write_records(run_dir, to_frame(rows), drop=("gen_ppl",) if settings.suite.generate else ())
-    ew.write_windows(run_dir, windows)
+    frame = write_records(run_dir, to_frame(rows), drop=("gen_ppl",) if settings.suite.generate else (), fresh=fresh)
+    ew.write_windows(run_dir, windows, fresh=fresh)
     _report_missing(Path(run_dir), missing)
     return frame
 
@@ -433,6 +435,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", help="folder laid out like the offline data kit (default $AOSCALE_DATA)")
     p.add_argument("--seed", type=int_arg, default=EVAL_SEED,
                    help="evaluation seed: the windows and MC draws (every run of a study uses the default)")
+    p.add_argument("--allow-partial", action="store_true", help="score a run that is not done (failed, "
+                   "preempted) at its newest checkpoint; rows keep their step beside run_steps")
     return p
 
 
@@ -456,8 +460,12 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"--seed: {args.seed} must be >= 0")
         make_settings(args.suite, **overrides)  # every flag checked before the lock is taken
         check_eval_dir(Path(args.run_dir))
+        partial = check_done(args.run_dir, args.allow_partial)
         with holding(args.run_dir):
             frame = evaluate(args.run_dir, args.suite, **overrides)
+        if partial:
+            print(f"warning: {partial}", file=sys.stderr)
+            add_status_warning(args.run_dir, partial)
         print(f"wrote {len(frame)} records to {Path(args.run_dir) / 'eval.parquet'}")
         return 0
 

@@ -21,6 +21,9 @@ number can be traced to how it was measured:
   epochs         passes over the training split by this step; unique_tokens: the distinct training
                  tokens those covered (expected, jobs.data.ledger)
   sweep_<name>   the value of each swept run setting (lr, warmup, batch_size, beta2, ...; scaling.sweep)
+  suite          the evaluation suite the row was measured with (jobs.evaluate --suite)
+  run_steps      the steps the run was planned for: a row with step < run_steps scored a partial
+                 checkpoint (jobs.evaluate --allow-partial), not the run's result
 `se` is the sampling standard error over the evaluated windows, sd(per-window values) / sqrt(n),
 which counts the choice of windows and the Monte-Carlo draws together (jobs.eval.windows; the
 per-window values are in the run's eval_windows.parquet); for fractions (lambada_acc, infill_em) it
@@ -54,6 +57,7 @@ EXTRA_SCHEMA: dict[str, pl.DataType] = {
     "chunking": pl.String, "eval_seed": pl.Int64, "role": pl.String, "device": pl.String,
     "precision": pl.String, "coverage_tokens": pl.Int64, "split_tokens": pl.Int64,
     "budget_flops": pl.Float64, "plan_tokens": pl.Int64, "epochs": pl.Float64, "unique_tokens": pl.Int64,
+    "suite": pl.String, "run_steps": pl.Int64,
 }
 SCHEMA = {**CONTRACT_SCHEMA, **EXTRA_SCHEMA}
 UNITS = ("nats/token", "bits/byte", "ppl", "s", "fraction")
@@ -72,7 +76,7 @@ def run_context(spec, counts: dict[str, int], flops_per_token: int, step: int, w
         "study": spec.study, "run_id": spec.run_id, "family": spec.family, "variant": spec.variant,
         "size": spec.size, "n_params": int(counts["core"]), "n_params_family": int(counts["family_non_embedding"]),
         "tokens": tokens, "flops": float(flops_per_token) * tokens, "seed": spec.seed, "step": int(step),
-        "weights": weights, "role": spec.role, **factor_columns(spec), **plan_columns(spec),
+        "weights": weights, "role": spec.role, "run_steps": int(spec.steps), **factor_columns(spec), **plan_columns(spec),
         **ledger_columns(spec, tokens),
     }
 
@@ -134,11 +138,13 @@ def merge_records(old: pl.DataFrame, new: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([kept, new], how="diagonal")  # factor columns may be new
 
 
-def write_records(run_dir: str | Path, new: pl.DataFrame, drop: tuple[str, ...] = ()) -> pl.DataFrame:
+def write_records(run_dir: str | Path, new: pl.DataFrame, drop: tuple[str, ...] = (),
+                  fresh: bool = False) -> pl.DataFrame:
     """Merge `new` into run_dir/eval.parquet atomically (temp + fsync + rename); returns all rows.
 
-    Old rows of the metrics in `drop` go too (e.g. gen_ppl of samples that were just replaced)."""
-    old = read_records(run_dir)
+    Old rows of the metrics in `drop` go too (e.g. gen_ppl of samples that were just replaced);
+    `fresh` replaces every old row (a study's re-evaluation with its new suite)."""
+    old = to_frame([]) if fresh else read_records(run_dir)
     if drop and not old.is_empty():
         old = old.filter(~pl.col("metric").is_in(list(drop)))
     merged = merge_records(old, new)

@@ -133,10 +133,11 @@ def read_windows(run_dir: str | Path) -> pl.DataFrame:
     return pl.read_parquet(path) if path.exists() else pl.DataFrame(schema=WINDOW_SCHEMA)
 
 
-def write_windows(run_dir: str | Path, new: pl.DataFrame) -> None:
+def write_windows(run_dir: str | Path, new: pl.DataFrame, fresh: bool = False) -> None:
     """Merge `new` into run_dir/eval_windows.parquet (an evaluation replaces the windows of the
-    records it replaces: same key as jobs.eval.records.REPLACE_KEY), atomically."""
-    merged = merge_records(read_windows(run_dir), new)
+    records it replaces: same key as jobs.eval.records.REPLACE_KEY), atomically; `fresh` replaces
+    them all, as write_records(fresh=True) does the records."""
+    merged = new if fresh else merge_records(read_windows(run_dir), new)
     buffer = io.BytesIO()
     merged.write_parquet(buffer)
     atomic_write_bytes(Path(run_dir) / WINDOWS_FILE, buffer.getvalue())

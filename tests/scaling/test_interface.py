@@ -51,16 +51,17 @@ def test_status_json_gives_every_run_with_typed_fields_and_the_counts(tmp_path, 
     spec = build_study({"sizes": "0.1M", "seeds": 2, "families": "ar"})
     ledger.prepare(study_dir, spec)
     first = spec.run_ids[0]
-    runfiles.write_status(ledger.run_dir(study_dir, first), "done")
+    runfiles.write_status(ledger.run_dir(study_dir, first), "done")  # trained, but no records yet
     assert status.main([str(study_dir), "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
-    assert doc["counts"] == {"done": 1, "pending": 1}
+    assert doc["counts"] == {"pending": 1, "trained": 1}
     runs = {run["run_id"]: run for run in doc["runs"]}
     assert list(runs) == spec.run_ids
-    assert runs[first]["state"] == "done" and runs[first]["family"] == "ar" and runs[first]["size"] == "0.1M"
+    assert runs[first]["state"] == "trained" and runs[first]["family"] == "ar" and runs[first]["size"] == "0.1M"
+    assert "not evaluated" in runs[first]["warnings"][-1]
     assert [run["seed"] for run in doc["runs"]] == [0, 1]
     assert runs[spec.run_ids[1]]["loss"] is None and runs[spec.run_ids[1]]["eta"] is None
-    assert set(runs[first]) == set(status.COLUMNS)
+    assert set(runs[first]) == {*status.COLUMNS, "warnings"}
 
 
 def test_one_bootstrap_default_for_launch_and_fit_curves():

@@ -147,12 +147,14 @@ def test_completion_lines_name_each_run_by_family_variant_size_and_seed(tmp_path
     study_dir = tmp_path / "study"
     study = build_study({"sizes": ["0.1M"], "families": ["ar", "mdm"], "seeds": 2})
     ledger.prepare(study_dir, study)
-    for run_id in study.run_ids:
+    for run_id in study.run_ids:  # trained, never evaluated: the scheduler reports them as such
         runfiles.write_status(ledger.run_dir(study_dir, run_id), "done")
     Scheduler(study_dir, study.run_ids, LocalExecutor(python="false"), progress=False).run()
     lines = capsys.readouterr().err.strip().splitlines()
-    assert lines == [f"[{i + 1}/4] {name} done ({run_id})" for i, (name, run_id) in enumerate(zip(
-        ["ar base 0.1M s0", "mdm mdlm 0.1M s0", "ar base 0.1M s1", "mdm mdlm 0.1M s1"], study.run_ids))]
+    names = dict(zip(study.run_ids, ["ar base 0.1M s0", "mdm mdlm 0.1M s0", "ar base 0.1M s1", "mdm mdlm 0.1M s1"]))
+    assert [line.split("] ", 1)[0] for line in lines] == [f"[{i}/4" for i in range(1, 5)]
+    assert sorted(line.split("] ", 1)[1] for line in lines) == sorted(
+        f"{name} trained ({run_id}): trained but not evaluated" for run_id, name in names.items())
 
 
 def test_run_lock_holds_across_processes_and_dies_with_its_holder(tmp_path):

@@ -191,3 +191,22 @@ def test_a_done_run_with_a_corrupt_final_checkpoint_is_reported_and_trained_agai
     assert train(run_dir, tiny(), handle_signals=False) == "done"
     assert "is marked done at step 10 but checkpoint step_00000010 is corrupt" in capsys.readouterr().err
     assert_same_run(run_dir, reference)
+
+
+def test_evaluate_refuses_a_run_that_is_not_done_unless_allow_partial_and_labels_the_rows(tmp_path, capsys):
+    import polars as pl
+
+    from jobs.eval.evaluate import main as evaluate_main
+
+    run_dir = tmp_path / "run"
+    assert train(run_dir, tiny(), max_steps_this_call=4, handle_signals=False) == "preempted"
+    capsys.readouterr()
+    assert evaluate_main(["--run-dir", str(run_dir)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is preempted at step 4 of 10, not done" in err[0] and "--allow-partial" in err[0], err
+    assert not (run_dir / "eval.parquet").exists()
+    assert evaluate_main(["--run-dir", str(run_dir), "--allow-partial", "--datasets", ""]) == 0
+    assert "partial records: the run is preempted at step 4 of 10" in capsys.readouterr().err
+    records = pl.read_parquet(run_dir / "eval.parquet")
+    assert set(records["step"]) == {4} and set(records["run_steps"]) == {10} and set(records["suite"]) == {"quick"}
+    assert any("partial records" in w for w in read_status(run_dir)["warnings"])
