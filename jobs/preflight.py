@@ -3,8 +3,7 @@
 `check_run(run_dir, spec)` is what `jobs.train` runs first, and `scaling.preflight` runs the
 same checks over every run of a study before the launcher writes the study:
 
-- field types and ranges (integers where counts are, finite positive numbers where rates are),
-  then `jobs.run_checks.validate`, the trainer's own rules;
+- each field by its one rule and the rules between fields (`jobs.run_checks.validate`);
 - the model's own rules (family, size, options, context), without building the model, and that
   the family provides every capability its evaluation suite uses (`jobs.suites.Suite.capabilities`);
 - memory of the model's training state and activations against this machine;
@@ -18,9 +17,7 @@ token counts come from tokenising a small local corpus in memory, else from the 
 """
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 import os
 import socket
 import threading
@@ -34,7 +31,7 @@ import torch
 from cli import InputError
 from jobs import data
 from jobs.datasets import parse_eval_suite
-from jobs.run_checks import check_run_dir, validate
+from jobs.run_checks import check_fields, check_run_dir, validate
 from jobs.runfiles import SPEC_FILE, checkpoint_steps
 from jobs.spec import RunSpec
 from jobs.suites import SUITES
@@ -42,7 +39,6 @@ from models import FAMILIES
 from models.families.base import capabilities, resolve_options
 from models.ladder import core_params, get_shape
 
-SEED_LIMIT = 2**63  # torch.manual_seed and numpy's SeedSequence take any seed in [0, 2**63)
 # Bytes per parameter in training: fp32 weights 4 + gradients 4 + AdamW moments 8 (+ EMA 4).
 STATE_BYTES_PER_PARAM = 16
 EMA_BYTES_PER_PARAM = 4
@@ -52,39 +48,18 @@ ACT_BYTES_PER_D, ACT_BYTES_PER_HT = 2 * 34, 2 * 5
 IN_MEMORY_BYTES = 16 << 20  # local corpora up to this size are tokenised in memory (seconds); larger: the cache
 HUB_TIMEOUT_S = 20.0  # one resolution of a Hugging Face name; offline names fail at once
 HUB_HOST = "huggingface.co"
-_FIELD_KINDS = {f.name: f.type for f in dataclasses.fields(RunSpec)}
-
-
-def _kind_error(name: str, value: Any, kind: str) -> InputError:
-    return InputError(f"{name}: {value!r} is not {kind}; give {kind} (e.g. in spec.json or --set {name}=...)")
 
 
 def check_types(fields: dict[str, Any]) -> None:
-    """Each RunSpec field present in `fields` has its type: integers (not bools) for counts,
-    finite numbers for rates, strings for names; seeds in [0, 2**63)."""
-    for name, value in fields.items():
-        kind = _FIELD_KINDS.get(name)
-        if kind == "int" and (not isinstance(value, int) or isinstance(value, bool)):
-            raise _kind_error(name, value, "an integer")
-        if kind == "float" and (not isinstance(value, (int, float)) or isinstance(value, bool)
-                                or not math.isfinite(value)):
-            raise _kind_error(name, value, "a finite number")
-        if kind == "str" and not isinstance(value, str):
-            raise _kind_error(name, value, "a string")
-        if kind and kind.startswith("tuple") and not isinstance(value, (dict, tuple, list)):
-            raise _kind_error(name, value, "a table of key = value options")
-    seed = fields.get("seed", 0)
-    if not 0 <= seed < SEED_LIMIT:
-        raise InputError(f"seed: {seed} must be in [0, 2**63); pass a non-negative seed")
+    """Each RunSpec field present in `fields` by its rule (jobs.run_checks.FIELD_RULES): integers
+    (not bools) for counts, finite numbers in range for rates, known names, seeds in [0, 2**63)."""
+    check_fields(fields)
 
 
 def check_spec(spec: RunSpec) -> None:
-    """Types, the trainer's rules and the model's rules of one spec (no data, no memory)."""
-    check_types({f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)})
-    try:
-        validate(spec)
-    except ValueError as error:
-        raise InputError(str(error)) from None
+    """Every field's rule, the rules between fields and the model's rules of one spec (no data,
+    no memory)."""
+    validate(spec)
     model_params(spec)
     check_capabilities(spec)
 

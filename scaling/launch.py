@@ -109,7 +109,6 @@ def study_from_args(args: argparse.Namespace, world_size: int = 1) -> StudySpec:
     if args.spec:
         preflight.check_spec_file(args.spec)
         toml = load_toml(args.spec)
-        preflight.check_toml_types(toml)
     return build_study(flags, toml)
 
 

@@ -221,7 +221,7 @@ TRAIN_CASES = [
     C("train", ["--run-dir", "new_run", "--spec", "unknown_field.json"], "spec"),
     C("train", ["--run-dir", "new_run", "--spec", "stale_id.json"], "spec"),
     C("train", ["--run-dir", "ar", "--spec", "other.json"], "run_dir"),
-    T(["--tokens", "0"], "tokens"), T(["--tokens", "100", "--batch-size", "0"], "tokens"),
+    T(["--tokens", "0"], "tokens"), T(["--tokens", "100", "--batch-size", "0"], "batch_size"),
     T(["--bogus-flag"], "unrecognized"), T(["--set", "tracking.x"], "--set"),
     T(["--engine", "deepspeed"], "engine", run_dir="ar", base=["--spec", "ar/spec.json"]),
 ]
