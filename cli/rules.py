@@ -18,6 +18,7 @@ from cli import InputError
 # A study or run name: one path component of safe characters (letters, digits, . _ - + =, colon),
 # starting with a letter or digit, at most NAME_MAX_CHARS long (far below the file system's 255).
 NAME_MAX_CHARS = 100
+SEED_LIMIT = 2**63
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=:,-]*")
 
 
@@ -53,6 +54,13 @@ def at_least(field: str, value: Any, low: int) -> int:
 def nonneg_int(field: str, value: Any) -> int:
     """An integer >= 0."""
     return at_least(field, value, 0)
+
+
+def seed(field: str, value: Any) -> int:
+    """A random seed: an integer in [0, 2**63) (what torch.manual_seed and numpy take)."""
+    if nonneg_int(field, value) >= SEED_LIMIT:
+        raise fail(field, value, "must be below 2**63")
+    return value
 
 
 def number(field: str, value: Any) -> float:
@@ -124,7 +132,7 @@ def one_of(field: str, value: Any, choices: Iterable[Any]) -> Any:
 def table(field: str, value: Any) -> dict[str, Any]:
     """A table (TOML `[...]`, a JSON object)."""
     if not isinstance(value, dict):
-        raise fail(field, value, "must be a table of key = value", f"write e.g. [{field}] or {field} = {{ ... }}")
+        raise fail(field, value, "must be a table of key = value", f"write {field} = {{ key = value, ... }}")
     return value
 
 

@@ -30,6 +30,7 @@ import polars as pl
 import torch
 
 from cli import InputError, Parser, int_arg, parse, run_main
+from cli import rules
 from jobs import checkpoint
 from jobs.allocator import keep_freed_memory
 from jobs.device import Placement, placement
@@ -37,7 +38,7 @@ from jobs.generate import GenSettings, generation_rows, write_samples
 from jobs.preflight import check_eval_dir
 from jobs.records import record, run_context, to_frame, write_records
 from jobs.runlock import holding
-from jobs.suites import SUITES, Suite
+from jobs.suites import SUITES, Suite, check_suite
 from models import likelihood as lk
 
 EVAL_SEED = 20240917  # any fixed number; recorded in every row as eval_seed
@@ -72,8 +73,7 @@ class Dataset:
 
 # ---- settings ----------------------------------------------------------------------------------
 def _positive(name: str, value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InputError(f"--{name.replace('_', '-')}: must be a positive integer, got {value!r}")
+    rules.positive_int(f"--{name.replace('_', '-')}", value)
 
 
 def make_settings(suite: str = "quick", **overrides) -> Settings:
@@ -82,11 +82,9 @@ def make_settings(suite: str = "quick", **overrides) -> Settings:
     `suite` may name its zero-shot sets, `SUITE:SET,SET`: they replace the suite's and are required."""
     from jobs.datasets import parse_eval_suite
 
-    suite, named = parse_eval_suite(suite)
+    suite, named = parse_eval_suite(check_suite("--suite", suite))
     if named and overrides.get("zero_shot") is None:
         overrides["zero_shot"] = named
-    if suite not in SUITES:
-        raise InputError(f"--suite: unknown suite {suite!r}; choose one of {list(SUITES)}")
     outer = {k: overrides.pop(k) for k in ("seed", "weights", "seq_len", "data_dir") if k in overrides}
     chosen = replace(SUITES[suite], **{k: v for k, v in overrides.items() if v is not None})
     for name in ("val_chunks", "k_mc", "m_max", "n_targets", "ensemble_chunks", "gen_samples"):
@@ -412,8 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         if args.max_chunks is not None:
             _positive("max_chunks", args.max_chunks)
-        if args.seed < 0:
-            raise InputError(f"--seed: {args.seed} must be >= 0")
+        rules.seed("--seed", args.seed)
         make_settings(args.suite, **overrides)  # every flag checked before the lock is taken
         check_eval_dir(Path(args.run_dir))
         with holding(args.run_dir):

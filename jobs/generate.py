@@ -31,6 +31,7 @@ import polars as pl
 import torch
 
 from cli import InputError, Parser, float_arg, int_arg, parse, run_main
+from cli import rules
 from jobs.checkpoint import latest_valid, load_run
 from jobs.device import placement
 from jobs.preflight import check_eval_dir
@@ -270,10 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def settings_from_args(args) -> GenSettings:
     """Validated GenSettings from parsed CLI arguments (InputError naming the field)."""
-    if args.n_samples < 1:
-        raise InputError(f"--n-samples: must be a positive integer, got {args.n_samples}")
-    if args.length is not None and args.length < 1:
-        raise InputError(f"--length: must be a positive integer, got {args.length}")
+    rules.positive_int("--n-samples", args.n_samples)
+    if args.length is not None:
+        rules.positive_int("--length", args.length)
+    rules.seed("--seed", args.seed)
     if args.schedule not in sm.SCHEDULES:
         raise InputError(f"--schedule: {args.schedule!r} is not one of {list(sm.SCHEDULES)}")
     if args.sampler is not None and args.sampler not in sm.MDM_SAMPLERS:

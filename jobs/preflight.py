@@ -32,7 +32,8 @@ from cli import InputError
 from jobs import data
 from jobs.datasets import parse_eval_suite
 from jobs.run_checks import check_fields, check_run_dir, validate
-from jobs.runfiles import SPEC_FILE, checkpoint_steps
+from cli.paths import not_nested, user_path
+from jobs.runfiles import RUNS_DIR, SPEC_FILE, STUDY_FILE, checkpoint_steps
 from jobs.spec import RunSpec
 from jobs.suites import SUITES
 from models import FAMILIES
@@ -244,8 +245,17 @@ def check_writable(path: Path, field: str) -> None:
         raise InputError(f"{field}: {existing} is not writable; pass a folder you can write to")
 
 
+def check_run_path(run_dir: str | Path, field: str = "--run-dir") -> Path:
+    """A run directory as the user gave it: non-empty, reachable (cli.paths.user_path), not
+    inside another run, and inside a study only as `<study>/runs/<run>`."""
+    path = user_path(field, run_dir)
+    not_nested(field, path, {SPEC_FILE: "run", STUDY_FILE: "study"}, allowed=(RUNS_DIR,))
+    return path
+
+
 def check_eval_dir(run_dir: Path) -> None:
     """A run directory that evaluation or generation can read and write records into."""
+    check_run_path(run_dir)
     if not (run_dir / SPEC_FILE).is_file():
         raise InputError(f"--run-dir: {run_dir} has no spec.json; pass a run directory made by jobs.train")
     if not os.access(run_dir, os.W_OK | os.X_OK):
@@ -258,6 +268,7 @@ def check_eval_dir(run_dir: Path) -> None:
 def check_run(run_dir: Path, spec: RunSpec, *, memory: bool = True) -> None:
     """Everything `jobs.train` checks before it writes: spec, model, memory, data, run dir."""
     check_spec(spec)
+    check_run_path(run_dir, "run_dir")
     check_writable(run_dir, "run_dir")
     try:
         check_run_dir(run_dir, spec)

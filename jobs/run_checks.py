@@ -14,15 +14,6 @@ from jobs.spec import COMPILE_SETTINGS, ENGINES, PRECISIONS, ROLES, ZERO_STAGES,
 from jobs.suites import check_suite
 from jobs.tracking import WANDB_KEYS, WANDB_MODES
 
-SEED_LIMIT = 2**63  # torch.manual_seed and numpy's SeedSequence take any seed in [0, 2**63)
-
-
-def _seed(field: str, value: Any) -> int:
-    if rules.nonneg_int(field, value) >= SEED_LIMIT:
-        raise rules.fail(field, value, "must be below 2**63")
-    return value
-
-
 def _options(field: str, value: Any) -> Any:
     if not isinstance(value, (dict, tuple, list)):
         raise rules.fail(field, value, "must be a table of key = value options")
@@ -56,7 +47,7 @@ FIELD_RULES: dict[str, Callable[[str, Any], Any]] = {
     "seq_len": lambda f, v: rules.at_least(f, v, 2), "batch_size": rules.positive_int,
     "micro_batch_size": rules.nonneg_int, "min_lr_ratio": rules.fraction, "weight_decay": rules.nonneg_number,
     "beta1": rules.rate, "beta2": rules.rate, "grad_clip": rules.positive_number, "ema": rules.rate,
-    "seed": _seed, "precision": lambda f, v: rules.one_of(f, v, PRECISIONS), "eval_batches": rules.positive_int,
+    "seed": rules.seed, "precision": lambda f, v: rules.one_of(f, v, PRECISIONS), "eval_batches": rules.positive_int,
     "text_field": rules.text, "engine": lambda f, v: rules.one_of(f, v, ENGINES),
     "zero_stage": lambda f, v: rules.one_of(f, v, ZERO_STAGES),
     "compile": lambda f, v: rules.one_of(f, v, COMPILE_SETTINGS), "deepspeed_config": _text_or_empty,

@@ -32,7 +32,7 @@ from jobs import checkpoint as ckpt
 from jobs.allocator import keep_freed_memory
 from jobs.data import Batches, corpus_hash, data_record, token_array, tokenizer_hash, val_batches
 from jobs.engines import eval_mode, make_engine
-from jobs.preflight import check_run
+from jobs.preflight import check_run, check_run_path
 from jobs.runfiles import (SPEC_FILE, add_status_warning, atomic_write_text, read_metrics, read_status,
                            truncate_metrics, write_status)
 from jobs.rng import rng_state, seed_everything, set_rng_state
@@ -436,6 +436,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args
 
     def body() -> int:
+        check_run_path(args.run_dir)
         spec = spec_from_args(args)
         if args.max_steps_this_call is not None and args.max_steps_this_call < 1:
             raise InputError("--max-steps-this-call: must be >= 1")

@@ -16,6 +16,7 @@ from jobs.preflight import check_types
 from jobs.runfiles import SPEC_FILE
 from jobs.spec import RunSpec
 
+TABLE_FIELDS = {"model_options": "KEY=VALUE", "tracking": "tracking.KEY=VALUE"}  # not settable whole
 DEFAULT_LR = 1e-3  # for the CPU rungs; scaling/ sets each rung's learning rate in studies
 DEFAULT_WARMUP_FRACTION = 0.1  # warm-up steps = 10 % of steps unless --warmup is given
 FLAG_FIELDS = {  # CLI flag -> RunSpec field
@@ -65,6 +66,8 @@ def _apply_sets(fields: dict[str, Any], pairs: list[str]) -> None:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise InputError(f"--set: {pair!r} must look like key=value")
+        if key in TABLE_FIELDS:
+            raise InputError(f"--set: {key} is a table, set its keys one by one (--set {TABLE_FIELDS[key]})")
         if key.startswith("tracking."):
             tracking[key.removeprefix("tracking.")] = _parse_value(value)
         elif key in names:

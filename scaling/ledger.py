@@ -20,8 +20,8 @@ from jobs.spec import RunSpec
 
 from .study import STUDY_FORMAT, StudyError, StudySpec
 
-STUDY_FILE = "study.json"
-RUNS_DIR = "runs"
+STUDY_FILE = runfiles.STUDY_FILE
+RUNS_DIR = runfiles.RUNS_DIR
 STUDY_LOCK = ".lock"
 
 

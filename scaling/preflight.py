@@ -13,7 +13,9 @@ import argparse
 from pathlib import Path
 
 from cli import InputError
+from cli.paths import not_nested, user_path
 from jobs import preflight
+from jobs.runfiles import SPEC_FILE, STUDY_FILE
 
 from .study import StudySpec
 
@@ -42,6 +44,20 @@ def check_spec_file(path: str) -> None:
         raise InputError(f"spec: {file} cannot be read ({error.strerror}); check its permissions") from None
     except UnicodeDecodeError as error:
         raise InputError(f"spec: {file} is not UTF-8 text (byte offset {error.start}); save it as UTF-8") from None
+
+
+def check_study_path(study_dir: str | Path) -> Path:
+    """A study directory that is reachable (cli.paths.user_path), not a run directory, and not
+    inside another study or run."""
+    path = user_path("study-dir", study_dir)
+    not_nested("study-dir", path, {SPEC_FILE: "run", STUDY_FILE: "study"})
+    try:
+        is_run = (path / SPEC_FILE).is_file() and not (path / STUDY_FILE).is_file()
+    except OSError:
+        is_run = False
+    if is_run:
+        raise InputError(f"study-dir: {path} is a run directory (it holds {SPEC_FILE}); pass a study folder")
+    return path
 
 
 def check_study(study: StudySpec, study_dir: Path) -> None:

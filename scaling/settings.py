@@ -199,6 +199,11 @@ class StudySettings:
     tracking: tuple[tuple[str, Any], ...]
     values: tuple[tuple[str, Any], ...]
 
+    @property
+    def planned_runs(self) -> int:
+        """Compared runs of the plan (sizes x seeds x arms), counted before any is built."""
+        return len(self.sizes) * self.seeds * len(self.arms)
+
     def canonical(self) -> dict[str, Any]:
         """study.json's `settings`: the merged values, arms as dicts."""
         out = {k: v for k, v in self.values if k not in ("arms", "name", "preset", "families")}
