@@ -29,10 +29,10 @@ import numpy as np
 import torch
 
 from cli import InputError
+from cli.paths import not_nested, user_path
 from jobs import data
 from jobs.datasets import parse_eval_suite
 from jobs.run_checks import check_fields, check_run_dir, validate
-from cli.paths import not_nested, user_path
 from jobs.runfiles import RUNS_DIR, SPEC_FILE, STUDY_FILE, checkpoint_steps
 from jobs.spec import RunSpec
 from jobs.suites import SUITES

@@ -14,6 +14,7 @@ from jobs.spec import COMPILE_SETTINGS, ENGINES, PRECISIONS, ROLES, ZERO_STAGES,
 from jobs.suites import check_suite
 from jobs.tracking import WANDB_KEYS, WANDB_MODES
 
+
 def _options(field: str, value: Any) -> Any:
     if not isinstance(value, (dict, tuple, list)):
         raise rules.fail(field, value, "must be a table of key = value options")

@@ -16,8 +16,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from cli import InputError, Parser, float_arg, int_arg, parse, rules, run_main
 from analysis import DEFAULT_BOOTSTRAP, MIN_BOOTSTRAP
+from cli import InputError, Parser, float_arg, int_arg, parse, rules, run_main
 from jobs import ds_config
 from jobs.executors import EXECUTORS, Executor, one_line
 from jobs.executors.local import visible_gpus
@@ -26,8 +26,8 @@ from jobs.runlock import exclusive
 from . import ledger, preflight
 from .backends import BACKENDS, add_flags, check_foreign_flags
 from .plan import format_plan, plan_rows, refusal, usable_cores
-from .scheduler import Scheduler, submit_runs, to_submit
 from .presets import PRESETS
+from .scheduler import Scheduler, submit_runs, to_submit
 from .settings import load_settings
 from .study import StudyError, StudySpec, build_study, load_toml
 
