@@ -179,7 +179,8 @@ def _resolve_hub(corpus: str) -> None:
 
     def resolve() -> None:
         try:
-            datasets.load_dataset_builder(name, config or None)
+            with data.scratch_cache() as folder:  # metadata only: nothing kept, nothing in $HF_HOME
+                datasets.load_dataset_builder(name, config or None, cache_dir=folder)
             outcome.append(None)
         except Exception as error:  # offline, unknown name, gated: all mean "cannot load"
             outcome.append(error)
@@ -229,6 +230,7 @@ def check_data(corpus: str, tokenizer: str, seq_len: int, text_field: str = data
         raise InputError("corpus: empty; give shakespeare, a local .txt/.jsonl path or a Hugging Face dataset name")
     if corpus != "shakespeare" and not data._is_local(corpus) and not data.token_path(corpus, tokenizer, "train", text_field).exists():
         _resolve_hub(corpus)
+    data.check_local_rows(corpus, text_field)  # every row, before any run directory exists
     for split in data.SPLITS:
         n_tokens = split_tokens(corpus, tokenizer, split, text_field)
         if n_tokens is not None and n_tokens < seq_len + 1:
