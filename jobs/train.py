@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from cli import InputError, parse, run_main
+from cli import InputError, parse, rules, run_main
 from jobs import checkpoint as ckpt
 from jobs.allocator import keep_freed_memory
 from jobs.data import Batches, corpus_hash, data_record, token_array, tokenizer_hash, val_batches
@@ -438,8 +438,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     def body() -> int:
         check_run_path(args.run_dir)
         spec = spec_from_args(args)
-        if args.max_steps_this_call is not None and args.max_steps_this_call < 1:
-            raise InputError("--max-steps-this-call: must be >= 1")
+        if args.max_steps_this_call is not None:
+            rules.positive_int("--max-steps-this-call", args.max_steps_this_call)
         state = train(args.run_dir, spec, max_steps_this_call=args.max_steps_this_call,
                       handle_signals=args.handle_signals)
         return EXIT_CODES[state]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cli import options
+from cli import options, rules
 from cli.options import Flag
 from jobs.executors import Executor, Handle, get_executor
 from jobs.executors.ray_tune import RayOptions
@@ -52,8 +52,8 @@ class Backend:
 
 
 def _local(args: argparse.Namespace, given: dict[str, Any]) -> dict[str, Any]:
-    if args.max_parallel is not None and args.max_parallel < 1:
-        raise ValueError(f"max-parallel: must be >= 1, got {args.max_parallel}")
+    if args.max_parallel is not None:
+        rules.positive_int("max-parallel", args.max_parallel)
     return {"max_parallel": args.max_parallel}
 
 

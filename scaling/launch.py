@@ -129,8 +129,7 @@ def _check(args: argparse.Namespace) -> tuple[StudySpec, Path, Any]:
     check_plan_size(args)
     if args.backend not in EXECUTORS or args.backend not in BACKENDS:
         raise StudyError(f"backend: unknown backend {args.backend!r}; valid: {', '.join(BACKENDS)}")
-    if args.max_retries < 0:
-        raise StudyError(f"max-retries: must be >= 0, got {args.max_retries}")
+    rules.nonneg_int("max-retries", args.max_retries)
     if args.wait and not BACKENDS[args.backend].detached:
         raise StudyError(f"wait: --backend {args.backend} always waits; fix: drop --wait")
     check_foreign_flags(args)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cli import int_arg
+from cli import int_arg, rules
 from cli.options import option
 from jobs import runfiles
 from jobs.executors import PIPELINE, failure_count, record_crash, resolve, run_exclusive
@@ -133,10 +133,8 @@ def validate_slurm_options(opts: SlurmOptions, check_partition: bool = True) -> 
     positive = {"nodes": opts.nodes, "cpus_per_task": opts.cpus_per_task, "slurm_time": opts.time_min,
                 "slurm_array_parallelism": opts.array_parallelism}
     for name, value in positive.items():
-        if value < 1:
-            raise ValueError(f"{name}: {value} must be >= 1; fix: pass a positive integer")
-    if opts.gpus_per_node < 0:
-        raise ValueError(f"gpus_per_node: {opts.gpus_per_node} must be >= 0; fix: pass 0 for CPU-only or a GPU count")
+        rules.positive_int(name, value)
+    rules.nonneg_int("gpus_per_node", opts.gpus_per_node)
     if opts.mem and not MEM_PATTERN.match(opts.mem):
         raise ValueError(f"mem: {opts.mem!r} is not a size; fix: e.g. --mem 16G")
     _validate_notifications(opts)
