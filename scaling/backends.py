@@ -42,8 +42,8 @@ class Backend:
         given = {f.field: getattr(args, f.dest) for f in self.flags if getattr(args, f.dest) is not None}
         try:
             return self.build(args, given)
-        except ValueError as error:
-            raise StudyError(str(error)) from None
+        except ValueError as error:  # a rule's line says what is wanted; the flags' help says more
+            raise StudyError(str(error) + ("" if "fix:" in str(error) else "; see --help")) from None
 
     def attach(self, executor: Executor, run_dirs: list[Path]) -> dict[str, Handle]:
         """Handles of runs an earlier launch left queued (run id -> handle)."""
