@@ -20,7 +20,7 @@ from jobs import ds_config
 from jobs.run_checks import check_field
 from jobs.spec import HASHED_FIELDS
 from jobs.suites import check_suite
-from jobs.tracking import WANDB_KEYS, check_tracking
+from jobs.tracking import check_tracking
 from models.ladder import get_shape
 
 from .arms import DEFAULT_ARMS, Arm, default_arm, network_options
@@ -116,8 +116,7 @@ def _resources(field: str, value: Any) -> dict[str, Any]:
 
 
 def _tracking(field: str, value: Any) -> dict[str, Any]:
-    rules.known_keys(field or "tracking", value, WANDB_KEYS)
-    _plain(check_tracking, value)
+    check_tracking(rules.table(field or "tracking", value), field or "tracking")
     return value
 
 
@@ -236,7 +235,7 @@ def load_settings(flags: dict[str, Any], toml: dict[str, Any] | None = None) -> 
     values = _merge([base_for(list(values["sizes"])), values])
     values["resources"] = _plain(ds_config.with_overlay, values.get("resources", {}))
     if values.get("tracking"):
-        values["tracking"] = _plain(check_tracking, values["tracking"])
+        values["tracking"] = check_tracking(values["tracking"])
     budget = Budget(**{k: values[k] for k in BUDGET_KEYS if k in values})
     return StudySettings(
         name=str(user.get("name") or preset or "study"), preset=preset,
