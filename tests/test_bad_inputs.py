@@ -324,14 +324,19 @@ def test_bad_input_exits_2_with_one_line_naming_the_field_and_writes_nothing(ws,
     root, cache = ws
     if ro and not (root / "ro").is_mount():
         pytest.skip("read-only folders need root (a read-only tmpfs)")
-    before = snapshot(root, cache)
+    assert_refused(MAINS[cli], argv, field, (root, cache), capsys)
+
+
+def assert_refused(main, argv: list[str], field: str, roots: tuple[Path, ...], capsys) -> None:
+    """`main(argv)` exits 2 with one line on stderr naming `field`, and nothing under `roots` changes."""
+    before = snapshot(*roots)
     capsys.readouterr()
-    code = MAINS[cli](list(argv))
+    code = main(list(argv))
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2, err
     assert len(err) == 1, err
     assert field in err[0], err[0]
-    assert snapshot(root, cache) == before
+    assert snapshot(*roots) == before
 
 
 REAL = [  # (module, argv, first words of the one line)

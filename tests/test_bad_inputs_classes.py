@@ -21,7 +21,7 @@ from jobs import evaluate, generate, train
 from jobs.spec import RunSpec
 from scaling import launch, ledger, status
 from scaling.study import build_study
-from tests.test_bad_inputs import snapshot, write_records
+from tests.test_bad_inputs import assert_refused, snapshot, write_records
 
 REPO = Path(__file__).resolve().parents[1]
 MAINS = {"train": train.main, "evaluate": evaluate.main, "generate": generate.main,
@@ -210,15 +210,7 @@ def test_every_class_holds_distinct_cases():
 
 @pytest.mark.parametrize("cli, argv, field", CASES)
 def test_bad_input_class_exits_2_with_one_line_naming_the_field_and_writes_nothing(ws, cli, argv, field, capsys):
-    root, cache, hf = ws
-    before = snapshot(root, cache, hf)
-    capsys.readouterr()
-    code = MAINS[cli](list(argv))
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2, err
-    assert len(err) == 1, err
-    assert field in err[0], err[0]
-    assert snapshot(root, cache, hf) == before
+    assert_refused(MAINS[cli], argv, field, ws, capsys)
 
 
 def test_a_valid_dry_run_of_a_local_corpus_writes_nothing_anywhere(ws, capsys):
