@@ -48,18 +48,22 @@ def user_path(field: str, text: str | os.PathLike) -> Path:
     return path
 
 
-def not_nested(field: str, path: Path, markers: dict[str, str], allowed: tuple[str, ...] = ()) -> None:
-    """Refuse `path` inside a folder holding a marker file (`{"spec.json": "run"}`): the folder is
-    that kind's and is written by it. `allowed` names sub-folders of a marked folder where `path`
-    may sit directly (a study's `runs/`)."""
+def marked(folder: Path, files: tuple[str, ...]) -> bool:
+    """Whether `folder` holds every one of the marker `files` (unreadable counts as not)."""
+    try:
+        return all((folder / name).is_file() for name in files)
+    except OSError:
+        return False
+
+
+def not_nested(field: str, path: Path, markers: dict[str, tuple[str, ...]], allowed: tuple[str, ...] = ()) -> None:
+    """Refuse `path` inside a folder holding a kind's marker files (`{"run": ("spec.json",
+    "manifest.json")}`): that folder is the kind's and is written by it. `allowed` names
+    sub-folders of a marked folder where `path` may sit directly (a study's `runs/`)."""
     resolved = path.expanduser().resolve()
     for parent in resolved.parents:
-        for marker, kind in markers.items():
-            try:
-                marked = (parent / marker).is_file()
-            except OSError:
-                marked = False
-            if not marked or (resolved.parent.name in allowed and resolved.parent.parent == parent):
+        for kind, files in markers.items():
+            if not marked(parent, files) or (resolved.parent.name in allowed and resolved.parent.parent == parent):
                 continue
             raise InputError(f"{field}: {path} is inside the {kind} directory {parent}; pass a folder outside "
                              f"any {kind}")

@@ -91,6 +91,12 @@ def _read_table(file: Path, field: str) -> Any:
 def check_rows(files: list[Path], field: str) -> None:
     """Every row of every local corpus file with fields (see the module docstring), when they
     hold CHECK_MAX_BYTES or less in all."""
+    for file in files:  # every file can be opened (a chmod 000 file is named here)
+        try:
+            with open(file, "rb") as handle:
+                handle.read(1)
+        except OSError as error:
+            raise InputError(f"corpus: {file}: {error.strerror or error}; check the file and its permissions") from None
     files = [file for file in files if file.suffix in ROW_SUFFIXES]
     try:
         if sum(file.stat().st_size for file in files) > CHECK_MAX_BYTES:

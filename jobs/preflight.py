@@ -33,7 +33,7 @@ from cli.paths import not_nested, user_path
 from jobs import data
 from jobs.datasets import parse_eval_suite
 from jobs.run_checks import check_fields, check_run_dir, validate
-from jobs.runfiles import RUNS_DIR, SPEC_FILE, STUDY_FILE, checkpoint_steps
+from jobs.runfiles import NESTING_MARKERS, RUNS_DIR, SPEC_FILE, checkpoint_steps
 from jobs.spec import RunSpec
 from jobs.suites import SUITES
 from models import FAMILIES
@@ -251,13 +251,21 @@ def check_run_path(run_dir: str | Path, field: str = "--run-dir") -> Path:
     """A run directory as the user gave it: non-empty, reachable (cli.paths.user_path), not
     inside another run, and inside a study only as `<study>/runs/<run>`."""
     path = user_path(field, run_dir)
-    not_nested(field, path, {SPEC_FILE: "run", STUDY_FILE: "study"}, allowed=(RUNS_DIR,))
+    not_nested(field, path, NESTING_MARKERS, allowed=(RUNS_DIR,))
     return path
 
 
 def check_eval_dir(run_dir: Path) -> None:
     """A run directory that evaluation or generation can read and write records into."""
     check_run_path(run_dir)
+    try:
+        _check_eval_files(Path(run_dir))
+    except OSError as error:
+        raise InputError(f"--run-dir: {error.filename or run_dir}: {error.strerror or error}; check its "
+                         "permissions") from None
+
+
+def _check_eval_files(run_dir: Path) -> None:
     if not (run_dir / SPEC_FILE).is_file():
         raise InputError(f"--run-dir: {run_dir} has no spec.json; pass a run directory made by jobs.train")
     if not os.access(run_dir, os.W_OK | os.X_OK):

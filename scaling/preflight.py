@@ -13,9 +13,9 @@ import argparse
 from pathlib import Path
 
 from cli import InputError
-from cli.paths import not_nested, user_path
+from cli.paths import marked, not_nested, user_path
 from jobs import preflight
-from jobs.runfiles import SPEC_FILE, STUDY_FILE
+from jobs.runfiles import NESTING_MARKERS, SPEC_FILE
 
 from .study import StudySpec
 
@@ -50,12 +50,8 @@ def check_study_path(study_dir: str | Path) -> Path:
     """A study directory that is reachable (cli.paths.user_path), not a run directory, and not
     inside another study or run."""
     path = user_path("study-dir", study_dir)
-    not_nested("study-dir", path, {SPEC_FILE: "run", STUDY_FILE: "study"})
-    try:
-        is_run = (path / SPEC_FILE).is_file() and not (path / STUDY_FILE).is_file()
-    except OSError:
-        is_run = False
-    if is_run:
+    not_nested("study-dir", path, NESTING_MARKERS)
+    if marked(path, NESTING_MARKERS["run"]):
         raise InputError(f"study-dir: {path} is a run directory (it holds {SPEC_FILE}); pass a study folder")
     return path
 
