@@ -99,7 +99,9 @@ def spec_from_args(args: argparse.Namespace) -> RunSpec:
     fields = _base_fields(args)
     fields.update({FLAG_FIELDS[k]: v for k, v in vars(args).items() if k in FLAG_FIELDS and v is not None})
     _apply_sets(fields, args.set)
-    check_types({k: v for k, v in fields.items() if not (k == "warmup_steps" and v is None)})
+    computed = {"steps"} if args.tokens is not None else set()  # from --tokens, below (checked by check_run)
+    check_types({k: v for k, v in fields.items()
+                 if k not in computed and not (k == "warmup_steps" and v is None)})
     if args.tokens is not None:
         tokens_per_step = fields.get("batch_size", 16) * fields.get("seq_len", 128)
         if args.tokens < 1 or tokens_per_step < 1:
