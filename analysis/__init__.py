@@ -7,4 +7,5 @@ fairness checks (`fairness`), and the report: summary, sections, figures, atomic
 (`summary`, `sections`, `figures`, `report`, `io`). `python -m analysis.fit_curves` writes it.
 """
 
+MIN_BOOTSTRAP = 10  # fewer resamples cannot place a 95 % interval
 DEFAULT_BOOTSTRAP = 1000  # resamples behind every 95 % interval, in scaling.launch and fit_curves alike

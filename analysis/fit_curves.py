@@ -17,8 +17,10 @@ from pathlib import Path
 import polars as pl
 
 from cli import Parser, int_arg, parse, run_main
+from cli.paths import user_path
 
-from analysis import DEFAULT_BOOTSTRAP, ablations, atomic, fairness, figures, frontier_figures, io, sections, summary
+from analysis import (DEFAULT_BOOTSTRAP, MIN_BOOTSTRAP, ablations, atomic, fairness, figures, frontier_figures, io,
+                      sections, summary)
 from analysis.data_ledger import repetition_notes
 from analysis.selection import select
 from analysis.cells import CELL_KEYS, build_cells, latest
@@ -331,8 +333,8 @@ def run(paths: list[str | Path], out_dir: str | Path | None = None, *, bootstrap
     """Load, analyse and write the report; returns the report dir. Raises RecordsError on bad input."""
     if x not in X_AXES:
         raise RecordsError(f"--x: unknown axis '{x}'; use one of {', '.join(X_AXES)}")
-    if bootstrap < 10:
-        raise RecordsError(f"--bootstrap: {bootstrap} resamples is too few for a 95% interval; use >= 10")
+    if bootstrap < MIN_BOOTSTRAP:
+        raise RecordsError(f"--bootstrap: {bootstrap} resamples is too few for a 95% interval; use >= {MIN_BOOTSTRAP}")
     inputs = load(list(paths))
     out = Path(out_dir) if out_dir is not None else default_out([Path(p) for p in paths])
     return write_report(analyse(inputs, bootstrap=bootstrap, x=x, seed=seed), out)
@@ -364,7 +366,9 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         if not 0 <= args.seed < 2**32:
             raise RecordsError(f"--seed: {args.seed} must be in [0, 2**32); pass a non-negative seed")
-        out = Path(args.out) if args.out is not None else default_out([Path(p) for p in args.paths])
+        for path in args.paths:
+            user_path("paths", path)
+        out = user_path("--out", args.out) if args.out is not None else default_out([Path(p) for p in args.paths])
         check_out(out)
         try:
             written = run(args.paths, out, bootstrap=args.bootstrap, x=args.x, seed=args.seed)

@@ -164,22 +164,3 @@ def resolve_arm(arm: Arm, network: dict[str, Any]) -> dict[str, Any]:
         return models.families.base.resolve_options(arm.family, schema, arm.model_options(network))
     except ValueError as error:
         raise ValueError(f"options: {error}") from None
-
-
-def check_ema(rate: Any, where: str = "ema") -> float:
-    """A valid EMA rate in [0, 1) (0 = off)."""
-    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
-        raise ValueError(f"{where}: rate {rate!r} must be a number in [0, 1) (0 = off; e.g. 0.9999)")
-    return float(rate)
-
-
-def arm_from_dict(data: dict[str, Any]) -> Arm:
-    """An arm from a TOML `[[arms]]` table; unknown keys are errors."""
-    known = {"family", "options", "ema", "factors", "label", "network"}
-    unknown = sorted(set(data) - known)
-    if unknown or "family" not in data:
-        raise ValueError(f"arms: each [[arms]] table needs 'family' and may have {sorted(known - {'family'})}; "
-                         f"got {sorted(data)}")
-    ema = data.get("ema")
-    return Arm(data["family"], data.get("options", {}), None if ema is None else check_ema(ema, "arms.ema"),
-               data.get("factors", {}), data.get("label", ""), data.get("network"))

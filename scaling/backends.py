@@ -17,26 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cli import float_arg, int_arg
+from cli import options, rules
+from cli.options import Flag
 from jobs.executors import Executor, Handle, get_executor
+from jobs.executors.ray_tune import RayOptions
+from jobs.executors.slurm import SlurmOptions
 
 from .study import StudyError
-
-
-@dataclass(frozen=True)
-class Flag:
-    """One backend flag: `--name` stored as `dest`; `field` is the options dataclass field."""
-
-    name: str
-    field: str
-    help: str
-    type: Callable[[str], Any] = str
-    repeat: bool = False
-    switch: bool = False  # a flag without a value (True when given)
-
-    @property
-    def dest(self) -> str:
-        return self.name.replace("-", "_")
 
 
 @dataclass(frozen=True)
@@ -55,8 +42,8 @@ class Backend:
         given = {f.field: getattr(args, f.dest) for f in self.flags if getattr(args, f.dest) is not None}
         try:
             return self.build(args, given)
-        except ValueError as error:
-            raise StudyError(str(error)) from None
+        except ValueError as error:  # a rule's line says what is wanted; the flags' help says more
+            raise StudyError(str(error) + ("" if "fix:" in str(error) else "; see --help")) from None
 
     def attach(self, executor: Executor, run_dirs: list[Path]) -> dict[str, Handle]:
         """Handles of runs an earlier launch left queued (run id -> handle)."""
@@ -65,14 +52,13 @@ class Backend:
 
 
 def _local(args: argparse.Namespace, given: dict[str, Any]) -> dict[str, Any]:
-    if args.max_parallel is not None and args.max_parallel < 1:
-        raise ValueError(f"max-parallel: must be >= 1, got {args.max_parallel}")
+    if args.max_parallel is not None:
+        rules.positive_int("max-parallel", args.max_parallel)
     return {"max_parallel": args.max_parallel}
 
 
 def _slurm(args: argparse.Namespace, given: dict[str, Any]) -> Any:
-    from jobs.executors.slurm import (SlurmOptions, parse_additional, parse_time_min,  # noqa: PLC0415 - Slurm backend only
-                                      validate_slurm_options)
+    from jobs.executors.slurm import parse_additional, parse_time_min, validate_slurm_options  # noqa: PLC0415
 
     if "time_min" in given:
         given["time_min"] = parse_time_min(given["time_min"])
@@ -113,39 +99,8 @@ def _ray(args: argparse.Namespace, given: dict[str, Any]) -> Any:
     return options
 
 
-SLURM_FLAGS = (
-    Flag("slurm-partition", "partition", "Slurm partition (default: the cluster's)"),
-    Flag("slurm-account", "account", "Slurm account"),
-    Flag("slurm-qos", "qos", "Slurm QOS"),
-    Flag("slurm-time", "time_min", "time limit per run: minutes or [D-]HH:MM[:SS] (default 60)"),
-    Flag("slurm-constraint", "constraint", "Slurm node constraint"),
-    Flag("nodes", "nodes", "nodes per run (default 1)", int_arg),
-    Flag("gpus-per-node", "gpus_per_node", "GPUs per node (default 0); >1 GPU in all uses DeepSpeed", int_arg),
-    Flag("cpus-per-task", "cpus_per_task", "CPUs per task (default 1)", int_arg),
-    Flag("mem", "mem", "memory per node, e.g. 16G"),
-    Flag("slurm-array-parallelism", "array_parallelism", "array tasks at once (default 64)", int_arg),
-    Flag("slurm-setup", "setup", "shell line run before each task, e.g. 'module load cuda' (repeatable)",
-         repeat=True),
-    Flag("slurm-exclusive", "exclusive", "whole nodes to each task (sbatch --exclusive)", switch=True),
-    Flag("slurm-signal-delay", "signal_delay_s", "seconds before the time limit that USR2 asks the run to "
-         "checkpoint and requeue (default 90)", int_arg),
-    Flag("slurm-mail-type", "mail_type", "sbatch --mail-type, e.g. END,FAIL"),
-    Flag("slurm-mail-user", "mail_user", "sbatch --mail-user"),
-    Flag("slurm-additional", "additional", "extra sbatch option key=value (repeatable)", repeat=True),
-)
-RAY_FLAGS = (
-    Flag("ray-address", "address", "Ray cluster to join: auto (the one `ray start` runs here) or host:port "
-         "(default: start a local Ray)"),
-    Flag("ray-working-dir", "working_dir", "code folder shipped to the workers when joining a cluster "
-         "(default: this aoscale checkout)"),
-    Flag("ray-env", "env", "environment variable KEY=VALUE for every trial (repeatable; AOSCALE_*, "
-         "WANDB_*, HF_* and OMP_NUM_THREADS are passed on anyway)", repeat=True),
-    Flag("cpus-per-trial", "cpus_per_trial", "CPUs per run (default 1)", float_arg),
-    Flag("gpus-per-trial", "gpus_per_trial", "GPUs per run: 0 (default) to 1; a run spanning GPUs needs "
-         "--backend slurm", float_arg),
-    Flag("ray-num-cpus", "num_cpus", "CPUs of a locally started Ray (default: all)", int_arg),
-    Flag("max-concurrent-trials", "max_concurrent", "runs at once (default: as resources allow)", int_arg),
-)
+SLURM_FLAGS = options.flags(SlurmOptions)  # declared on the options' fields, with their help and defaults
+RAY_FLAGS = options.flags(RayOptions)
 
 BACKENDS: dict[str, Backend] = {
     "local": Backend((), _local, lambda options, study_dir: get_executor("local", **options)),
@@ -159,15 +114,8 @@ BACKENDS: dict[str, Backend] = {
 def add_flags(parser: argparse.ArgumentParser) -> None:
     """Every backend's flags, in one argument group per backend; unset flags stay None."""
     for name, backend in BACKENDS.items():
-        if not backend.flags:
-            continue
-        group = parser.add_argument_group(f"--backend {name}")
-        for flag in backend.flags:
-            if flag.switch:
-                group.add_argument(f"--{flag.name}", dest=flag.dest, action="store_const", const=True, help=flag.help)
-                continue
-            action = "append" if flag.repeat else "store"
-            group.add_argument(f"--{flag.name}", dest=flag.dest, type=flag.type, action=action, help=flag.help)
+        if backend.flags:
+            options.add_flags(parser.add_argument_group(f"--backend {name}"), backend.flags)
 
 
 def check_foreign_flags(args: argparse.Namespace) -> None:

@@ -19,6 +19,8 @@ from typing import Any
 from cli import InputError, Parser, float_arg, int_arg, parse, run_main
 from analysis import DEFAULT_BOOTSTRAP
 from jobs.train import ds_config
+from analysis import MIN_BOOTSTRAP
+from cli import rules
 from jobs.executors import EXECUTORS, Executor, one_line
 from jobs.executors.local import visible_gpus
 from jobs.run.lock import exclusive
@@ -28,9 +30,11 @@ from .backends import BACKENDS, add_flags, check_foreign_flags
 from .plan import format_plan, plan_rows, refusal, usable_cores
 from .scheduler import Scheduler, retry_allowance, submit_runs, to_submit
 from .presets import PRESETS
+from .settings import load_settings
 from .study import StudyError, StudySpec, build_study, load_toml
 
 STUDIES_ROOT = Path("studies")
+MAX_RUNS = 5000  # a plan above this is refused (with its count) unless --max-runs allows it
 
 
 def preset_help() -> str:
@@ -97,6 +101,7 @@ def parser() -> argparse.ArgumentParser:
         help=f"bootstrap resamples of the fits (default {DEFAULT_BOOTSTRAP})")
     add("--dry-run", action="store_true", help="print the plan and write nothing")
     add("--force", action="store_true", help="run a plan that is too big for this machine anyway")
+    add("--max-runs", type=int_arg, default=MAX_RUNS, help=f"refuse a plan of more runs than this (default {MAX_RUNS})")
     add("--no-progress", action="store_true", help="no progress bars")
     add("--no-report", action="store_true", help="train and evaluate only; skip the fits and the report")
     add_flags(p)
@@ -113,6 +118,11 @@ def study_from_args(args: argparse.Namespace, world_size: int = 1) -> StudySpec:
 
     Runs spread over more than one GPU (`world_size` > 1) use the DeepSpeed engine (a resource:
     run ids do not change)."""
+    return build_study(*setting_layers(args, world_size))
+
+
+def setting_layers(args: argparse.Namespace, world_size: int = 1) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The flags' settings and the `--spec` file's (scaling.settings.load_settings checks them)."""
     flags: dict[str, Any] = {key: getattr(args, key) for key in FLAG_KEYS}
     engine = "deepspeed" if world_size > 1 else args.engine
     resources = {"engine": engine, ds_config.FIELD: args.deepspeed_config}
@@ -123,18 +133,19 @@ def study_from_args(args: argparse.Namespace, world_size: int = 1) -> StudySpec:
     if args.spec:
         preflight.check_spec_file(args.spec)
         toml = load_toml(args.spec)
-        preflight.check_toml_types(toml)
-    return build_study(flags, toml)
+    return flags, toml
 
 
 def _check(args: argparse.Namespace) -> tuple[StudySpec, Path, Any]:
     """Validate everything (flags, study, every run, data, memory, study dir, backend options)
     before anything is written; see scaling.preflight."""
     preflight.check_flags(args, FLAG_KEYS)
+    rules.at_least("--bootstrap", args.bootstrap, MIN_BOOTSTRAP)  # refused before training, report or not
+    rules.positive_int("--max-runs", args.max_runs)
+    check_plan_size(args)
     if args.backend not in EXECUTORS or args.backend not in BACKENDS:
         raise StudyError(f"backend: unknown backend {args.backend!r}; valid: {', '.join(BACKENDS)}")
-    if args.max_retries < 0:
-        raise StudyError(f"max-retries: must be >= 0, got {args.max_retries}")
+    rules.nonneg_int("max-retries", args.max_retries)
     if args.wait and not BACKENDS[args.backend].detached:
         raise StudyError(f"wait: --backend {args.backend} always waits; fix: drop --wait")
     check_foreign_flags(args)
@@ -144,12 +155,20 @@ def _check(args: argparse.Namespace) -> tuple[StudySpec, Path, Any]:
     world_size = backend.world_size(options)
     if world_size > 1:
         study = study_from_args(args, world_size)
-    study_dir = Path(args.study_dir) if args.study_dir else STUDIES_ROOT / study.name
+    study_dir = preflight.check_study_path(args.study_dir if args.study_dir else STUDIES_ROOT / study.name)
     named = args.name is not None or bool(args.spec and "name" in load_toml(args.spec))
     study = ledger.adopt_name(study_dir, study, named)
     ledger.check_study_dir(study_dir, study)
     preflight.check_study(study, study_dir)
     return study, study_dir, options
+
+
+def check_plan_size(args: argparse.Namespace) -> None:
+    """Refuse a plan of more than `--max-runs` runs from its count alone, before any run is built."""
+    runs = load_settings(*setting_layers(args)).planned_runs
+    if runs > args.max_runs:
+        raise InputError(f"max-runs: the plan has {runs:,} runs, more than --max-runs {args.max_runs:,}; "
+                         "shrink --seeds, --sizes or the arms, or raise --max-runs")
 
 
 def launch(args: argparse.Namespace, study: StudySpec, study_dir: Path, options: Any = None) -> int:

@@ -23,8 +23,8 @@ from jobs.run.spec import RunSpec
 
 from .study import STUDY_FORMAT, StudyError, StudySpec
 
-STUDY_FILE = "study.json"
-RUNS_DIR = "runs"
+STUDY_FILE = runfiles.STUDY_FILE
+RUNS_DIR = runfiles.RUNS_DIR
 STUDY_LOCK = ".lock"
 
 
@@ -39,9 +39,37 @@ def read_study(study_dir: str | Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
-        return json.loads(path.read_text())
+        doc = json.loads(path.read_text())
+    except OSError as error:
+        raise StudyError(f"study-dir: {path} cannot be read ({error.strerror or error}); check its permissions") from None
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise StudyError(f"study-dir: {path} is not valid JSON; move the folder away or pick another --study-dir") from None
+    _check_document(path, doc)
+    return doc
+
+
+RUN_KEYS = ("family", "variant", "size", "seed")  # what every study.json row says about its run
+
+
+def _check_document(path: Path, doc: Any) -> None:
+    """A study.json of this format holds an object with `order` (run ids) and a `runs` row for each."""
+    why = None
+    if not isinstance(doc, dict):
+        why = f"holds a JSON {type(doc).__name__}, not a study object"
+    elif not isinstance(doc.get("order"), list):
+        why = "has no `order` list of run ids"
+    elif doc.get("format", 1) != STUDY_FORMAT:
+        return  # another version's study: check_study_dir refuses it by its format
+    elif not isinstance(doc.get("runs"), dict):
+        why = "has no `runs` table"
+    else:
+        broken = [r for r in doc["order"] if not isinstance(r, str) or not isinstance(doc["runs"].get(r), dict)
+                  or any(key not in doc["runs"][r] for key in RUN_KEYS)]
+        if broken:
+            why = f"lists run {broken[0]!r} without its row ({', '.join(RUN_KEYS)})"
+    if why:
+        raise StudyError(f"study-dir: {path} {why}; it was not written by scaling.launch: move the folder away "
+                         "or pick another --study-dir")
 
 
 def check_study_dir(study_dir: str | Path, study: StudySpec) -> None:

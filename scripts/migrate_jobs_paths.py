@@ -27,6 +27,7 @@ MOVES = {
     "jobs.evalwindows": "jobs.eval.windows", "jobs.data_ledger": "jobs.data.ledger",
     "jobs.heldout": "jobs.data.heldout", "jobs.wsd_branch": "jobs.train.wsd_branch",
     "jobs.cpu_compile": "jobs.run.cpu_compile", "jobs.evalstate": "jobs.eval.state",
+    "jobs.corpus_rows": "jobs.data.rows",
 }
 REPO = Path(__file__).resolve().parents[1]
 FROM = re.compile(r"^(\s*)from (jobs(?:\.\w+)?) import (.*)$")

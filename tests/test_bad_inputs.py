@@ -223,7 +223,7 @@ TRAIN_CASES = [
     C("train", ["--run-dir", "new_run", "--spec", "unknown_field.json"], "spec"),
     C("train", ["--run-dir", "new_run", "--spec", "stale_id.json"], "spec"),
     C("train", ["--run-dir", "ar", "--spec", "other.json"], "run_dir"),
-    T(["--tokens", "0"], "tokens"), T(["--tokens", "100", "--batch-size", "0"], "tokens"),
+    T(["--tokens", "0"], "tokens"), T(["--tokens", "100", "--batch-size", "0"], "batch_size"),
     T(["--bogus-flag"], "unrecognized"), T(["--set", "tracking.x"], "--set"),
     T(["--engine", "deepspeed"], "engine", run_dir="ar", base=["--spec", "ar/spec.json"]),
 ]
@@ -328,14 +328,19 @@ def test_bad_input_exits_2_with_one_line_naming_the_field_and_writes_nothing(ws,
     root, cache = ws
     if ro and not (root / "ro").is_mount():
         pytest.skip("read-only folders need root (a read-only tmpfs)")
-    before = snapshot(root, cache)
+    assert_refused(MAINS[cli], argv, field, (root, cache), capsys)
+
+
+def assert_refused(main, argv: list[str], field: str, roots: tuple[Path, ...], capsys) -> None:
+    """`main(argv)` exits 2 with one line on stderr naming `field`, and nothing under `roots` changes."""
+    before = snapshot(*roots)
     capsys.readouterr()
-    code = MAINS[cli](list(argv))
+    code = main(list(argv))
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2, err
     assert len(err) == 1, err
     assert field in err[0], err[0]
-    assert snapshot(root, cache) == before
+    assert snapshot(*roots) == before
 
 
 REAL = [  # (module, argv, first words of the one line)

@@ -10,12 +10,15 @@ training windows as a pure function of (seed, step), so a resumed run sees the s
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import glob as globmod
 import hashlib
 import importlib.resources
 import os
 import re
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +31,7 @@ import torch
 from jobs.data import tokencache
 from jobs.run.files import atomic_write
 from jobs.data.tokenizers import eot_token, get_encoding, token_dtype, tokenizer_hash  # noqa: F401 - re-exported
+from jobs.data import rows as corpus_rows
 
 SPLITS = ("train", "validation")
 # Bump when tokenisation or corpus preprocessing changes: it enters every cache folder name.
@@ -139,9 +143,14 @@ def _import_datasets(corpus: str):
     return datasets
 
 
+def _is_saved_dataset(path: Path) -> bool:
+    """A `save_to_disk` folder (read by `datasets.load_from_disk`)."""
+    return path.is_dir() and any((path / name).exists() for name in ("state.json", "dataset_dict.json"))
+
+
 def _open_local(corpus: str, datasets, streaming: bool = False) -> Any:
     path = Path(corpus).expanduser()
-    if path.is_dir() and any((path / name).exists() for name in ("state.json", "dataset_dict.json")):
+    if _is_saved_dataset(path):
         return datasets.load_from_disk(str(path))
     if not _is_glob(corpus) and not path.exists():
         raise _corpus_error(corpus, "no such file or folder")
@@ -161,16 +170,17 @@ def _open_local(corpus: str, datasets, streaming: bool = False) -> Any:
     if "train" not in data_files:
         raise _corpus_error(corpus, "has no training files (every file is named validation or test)")
     options = {"sample_by": "paragraph"} if builders == ["text"] else {}
-    if streaming:
-        return datasets.load_dataset(builders[0], data_files=data_files, streaming=True, **options)
+    if streaming:  # a check: its lock files go to a scratch folder removed afterwards (scratch_cache)
+        return datasets.load_dataset(builders[0], data_files=data_files, streaming=True,
+                                     cache_dir=_SCRATCH.get() or str(datasets_cache()), **options)
     return datasets.load_dataset(builders[0], data_files=data_files,  # Arrow copy kept beside the tokens
-                                 cache_dir=str(cache_root() / "datasets"), **options)
+                                 cache_dir=str(datasets_cache()), **options)
 
 
 def _open_hub(corpus: str, datasets) -> Any:
     name, _, config = corpus.partition(":")
     try:
-        return datasets.load_dataset(name, config or None)
+        return datasets.load_dataset(name, config or None, cache_dir=str(datasets_cache()))
     except Exception as error:  # offline, unknown name: both mean "cannot load"
         raise _corpus_error(corpus, f"could not load it as a Hugging Face dataset "
                                     f"({type(error).__name__}: {str(error)[:200]})") from error
@@ -186,6 +196,27 @@ def _train_and_validation(corpus: str, opened: Any) -> tuple[Any, Any]:
         raise _corpus_error(corpus, f"has no 'train' split (splits: {', '.join(names)})")
     validation = next((opened[n] for n in VALIDATION_SPLIT_NAMES if n in opened), None)
     return train, validation
+
+
+_SCRATCH: contextvars.ContextVar[str | None] = contextvars.ContextVar("datasets_scratch", default=None)
+
+
+def datasets_cache() -> Path:
+    """Where `datasets` keeps what it prepares or downloads for aoscale: inside aoscale's cache,
+    never `$HF_HOME` (every load passes it as `cache_dir`)."""
+    return cache_root() / "datasets"
+
+
+@contextlib.contextmanager
+def scratch_cache() -> Iterator[str]:
+    """Streaming reads inside this block (checks) keep `datasets`' lock files in a temporary
+    folder, removed at the end: a check or a refusal leaves nothing in any cache."""
+    with tempfile.TemporaryDirectory(prefix="aoscale-datasets-") as folder:
+        token = _SCRATCH.set(folder)
+        try:
+            yield folder
+        finally:
+            _SCRATCH.reset(token)
 
 
 def _opened_parts(corpus: str, text_field: str, streaming: bool = False) -> tuple[Any, Any]:
@@ -244,12 +275,21 @@ def check_corpus(corpus: str, text_field: str = DEFAULT_TEXT_FIELD) -> None:
     if corpus == "shakespeare" or not (_is_local(corpus) and (Path(corpus).expanduser().exists()
                                                               or _is_glob(corpus))):
         return  # built in; or a Hub name / a path its runs will report missing
+    check_local_rows(corpus, text_field)
     try:
-        train, _ = _opened_parts(corpus, text_field, streaming=True)
-        if next(iter(train), None) is None:
-            raise _corpus_error(corpus, "has no documents")
+        with scratch_cache():
+            train, _ = _opened_parts(corpus, text_field, streaming=True)
+            if next(iter(train), None) is None:
+                raise _corpus_error(corpus, "has no documents")
     except UnicodeDecodeError as error:
         raise _not_utf8(corpus, error) from None
+
+
+def check_local_rows(corpus: str, text_field: str = DEFAULT_TEXT_FIELD) -> None:
+    """Every row of a local corpus's files (jobs.corpus_rows: InputError naming the file, the row
+    and the field); a `save_to_disk` folder is `datasets`' own and checked as it is read."""
+    if _is_local(corpus) and not _is_saved_dataset(Path(corpus).expanduser()):
+        corpus_rows.check_rows(_local_files(corpus), text_field)
 
 
 def iter_documents(corpus: str, split: str, text_field: str = DEFAULT_TEXT_FIELD) -> Iterator[str]:
@@ -267,10 +307,11 @@ def stream_documents(corpus: str, split: str, text_field: str = DEFAULT_TEXT_FIE
     """A small local corpus's split, read by streaming: nothing is prepared or written (preflight)."""
     _check_split(split)
     try:
-        train, validation = _opened_parts(corpus, text_field, streaming=True)
-        train_docs = [row[text_field] for row in train if row[text_field]]
-        if validation is not None:
-            return train_docs if split == "train" else [row[text_field] for row in validation if row[text_field]]
+        with scratch_cache():
+            train, validation = _opened_parts(corpus, text_field, streaming=True)
+            train_docs = [row[text_field] for row in train if row[text_field]]
+            if validation is not None:
+                return train_docs if split == "train" else [row[text_field] for row in validation if row[text_field]]
     except UnicodeDecodeError as error:
         raise _not_utf8(corpus, error) from None
     p = tokencache.held_out_p(len(train_docs))

@@ -161,7 +161,8 @@ def _from_huggingface(source: EvalSource) -> list[str]:
     import datasets  # noqa: PLC0415 - optional (hf extra); an ImportError here is reported like any other failure
 
     name, config, split, column = source.hf
-    return [row.rstrip("\n") for row in datasets.load_dataset(name, config, split=split)[column]]
+    rows = datasets.load_dataset(name, config, split=split, cache_dir=str(data.datasets_cache()))[column]
+    return [row.rstrip("\n") for row in rows]
 
 
 def _records(name: str, data_dir: str | Path | None) -> list[str]:

@@ -5,6 +5,8 @@ implies (e.g. whether it generates, and so needs a judge run) without loading mo
 """
 from __future__ import annotations
 
+from cli import rules
+
 from dataclasses import dataclass
 
 
@@ -54,3 +56,14 @@ SUITES: dict[str, Suite] = {
                    zero_shot=("wikitext2", "ptb", "lm1b", "lambada"), zero_shot_chunks=None,
                    lambada=True, infill_span=16, generate=True),
 }
+
+
+def check_suite(field: str, value: object) -> str:
+    """`SUITE` or `SUITE:SET,SET` with a known suite and, after a colon, at least one set name
+    (cli.InputError naming `field` otherwise; whether each set can be had is jobs.datasets')."""
+    suite, colon, names = rules.text(field, value).partition(":")
+    rules.one_of(field, suite, SUITES)
+    if colon and not [n for n in names.split(",") if n.strip()]:
+        raise rules.fail(field, value, "names no zero-shot set after the colon",
+                         f"write {suite} alone or {suite}:SET,SET")
+    return value

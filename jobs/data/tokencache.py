@@ -87,9 +87,15 @@ class DatasetSource:
     def texts(self, start: int, stop: int) -> list[str | None]:
         dataset = pickle.loads(self._pickled)
         try:
-            return dataset[start:stop][self.text_field]
+            texts = dataset[start:stop][self.text_field]
         finally:
             del dataset
+        for row, text in enumerate(texts, start):
+            if not isinstance(text, str):
+                raise ValueError(f"corpus: row {row}: text field {self.text_field!r} is "
+                                 f"{'null' if text is None else type(text).__name__}, not a string; every "
+                                 "record needs a text string (or pass --text-field NAME)")
+        return texts
 
 
 def held_out_p(n_documents: int) -> float:

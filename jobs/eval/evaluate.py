@@ -50,6 +50,8 @@ from jobs.run.files import add_status_warning
 from jobs.data.unigram import unigram_window_nll
 from jobs.data import heldout
 from jobs.eval.state import check_done
+from cli import rules
+from jobs.data.suites import check_suite
 from models import likelihood as lk
 
 EVAL_SEED = 20240917  # any fixed number; recorded in every row as eval_seed
@@ -93,19 +95,16 @@ class Dataset:
 
 # ---- settings ----------------------------------------------------------------------------------
 def _positive(name: str, value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InputError(f"--{name.replace('_', '-')}: must be a positive integer, got {value!r}")
+    rules.positive_int(f"--{name.replace('_', '-')}", value)
 
 
 def make_settings(suite: str = "quick", **overrides) -> Settings:
     """Suite `suite` with overrides (k_mc, m_max, n_targets, val_chunks, zero_shot, ...).
 
     `suite` may name its zero-shot sets, `SUITE:SET,SET`: they replace the suite's and are required."""
-    suite, named = parse_eval_suite(suite)
+    suite, named = parse_eval_suite(check_suite("--suite", suite))
     if named and overrides.get("zero_shot") is None:
         overrides["zero_shot"] = named
-    if suite not in SUITES:
-        raise InputError(f"--suite: unknown suite {suite!r}; choose one of {list(SUITES)}")
     outer = {k: overrides.pop(k) for k in ("seed", "weights", "seq_len", "data_dir") if k in overrides}
     chosen = replace(SUITES[suite], **{k: v for k, v in overrides.items() if v is not None})
     for name in ("val_chunks", "k_mc", "m_max", "n_targets", "ensemble_chunks", "gen_samples"):
@@ -456,8 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         if args.max_chunks is not None:
             _positive("max_chunks", args.max_chunks)
-        if args.seed < 0:
-            raise InputError(f"--seed: {args.seed} must be >= 0")
+        rules.seed("--seed", args.seed)
         make_settings(args.suite, **overrides)  # every flag checked before the lock is taken
         check_eval_dir(Path(args.run_dir))
         partial = check_done(args.run_dir, args.allow_partial)

@@ -39,6 +39,7 @@ from jobs.eval.records import read_records, record, run_context, to_frame, write
 from jobs.run.files import atomic_write_bytes
 from jobs.run.lock import holding
 from jobs.run.spec import RunSpec
+from cli import rules
 from models import likelihood as lk
 from models import sampling as sm
 from models.families import JUDGE_FAMILY
@@ -269,10 +270,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def settings_from_args(args) -> GenSettings:
     """Validated GenSettings from parsed CLI arguments (InputError naming the field)."""
-    if args.n_samples < 1:
-        raise InputError(f"--n-samples: must be a positive integer, got {args.n_samples}")
-    if args.length is not None and args.length < 1:
-        raise InputError(f"--length: must be a positive integer, got {args.length}")
+    rules.positive_int("--n-samples", args.n_samples)
+    if args.length is not None:
+        rules.positive_int("--length", args.length)
+    rules.seed("--seed", args.seed)
     if args.schedule not in sm.SCHEDULES:
         raise InputError(f"--schedule: {args.schedule!r} is not one of {list(sm.SCHEDULES)}")
     if args.sampler is not None and args.sampler not in sm.MDM_SAMPLERS:

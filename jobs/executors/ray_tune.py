@@ -40,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from jobs.run import files as runfiles
+from cli import float_arg, int_arg
+from cli.options import option
 from jobs.executors import BUSY, PIPELINE, failure_count, record_crash, run_exclusive
 
 EXPERIMENT_FILE = "experiment.json"
@@ -56,21 +58,23 @@ BUSY_POLL_S = 1.0
 
 @dataclass(frozen=True)
 class RayOptions:
-    """Ray Tune resources; plain values, never part of a run id.
+    """Ray Tune resources; plain values, never part of a run id. Each field declares its
+    `scaling.launch` flag and help (cli.options); `max_retries` comes from `--max-retries`."""
 
-    CLI flags (scaling.launch): --ray-address, --cpus-per-trial, --gpus-per-trial,
-    --max-retries, --ray-num-cpus (size of a locally started Ray; 0 = all cores),
-    --max-concurrent-trials (0 = as many as resources allow).
-    """
-
-    address: str = ""  # "" = start a local Ray; "auto" = the cluster `ray start` runs here; host:port
-    cpus_per_trial: float = 1.0
-    gpus_per_trial: float = 0.0
+    address: str = option("", "--ray-address", "Ray cluster to join: auto (the one `ray start` runs here) or "
+                          "host:port (default: start a local Ray)")
+    working_dir: str = option("", "--ray-working-dir", "code folder shipped to the workers when joining a "
+                              "cluster (default: this aoscale checkout)")
+    env: tuple[tuple[str, str], ...] = option((), "--ray-env", "environment variable KEY=VALUE for every trial "
+                                              "(repeatable; AOSCALE_*, WANDB_*, HF_* and OMP_NUM_THREADS are "
+                                              "passed on anyway)", repeat=True)
+    cpus_per_trial: float = option(1.0, "--cpus-per-trial", "CPUs per run", type=float_arg)
+    gpus_per_trial: float = option(0.0, "--gpus-per-trial", "GPUs per run, 0 to 1; a run spanning GPUs needs "
+                                   "--backend slurm", type=float_arg)
+    num_cpus: int = option(0, "--ray-num-cpus", "CPUs of a locally started Ray (0 = all)", type=int_arg)
+    max_concurrent: int = option(0, "--max-concurrent-trials", "runs at once (0 = as resources allow)",
+                                 type=int_arg)
     max_retries: int = 1
-    num_cpus: int = 0
-    max_concurrent: int = 0
-    working_dir: str = ""  # runtime_env working_dir when joining a cluster ("" = the aoscale checkout)
-    env: tuple[tuple[str, str], ...] = ()  # extra runtime_env variables (--ray-env KEY=VALUE)
 
 
 def validate_ray_options(opts: RayOptions) -> None:

@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from jobs.run import files as runfiles
+from cli import int_arg, rules
+from cli.options import option
 from jobs.executors import PIPELINE, failure_count, record_crash, resolve, run_exclusive
 
 STOP_HOOK = "jobs.train.loop:request_stop"
@@ -60,31 +62,29 @@ QUEUE_TO_LEDGER = {
 
 @dataclass(frozen=True)
 class SlurmOptions:
-    """sbatch-style resources for every array task; plain values, never part of a run id.
+    """sbatch-style resources for every array task; plain values, never part of a run id. Each
+    field declares its `scaling.launch` flag and help (cli.options)."""
 
-    CLI flags (scaling.launch): --slurm-partition, --slurm-account, --slurm-qos, --slurm-time,
-    --slurm-constraint, --nodes, --gpus-per-node, --cpus-per-task, --mem,
-    --slurm-array-parallelism, --slurm-setup LINE (repeatable), --slurm-exclusive,
-    --slurm-signal-delay, --slurm-mail-type, --slurm-mail-user, --slurm-additional key=value
-    (repeatable).
-    """
-
-    partition: str = ""
-    account: str = ""
-    qos: str = ""
-    time_min: int = 60
-    constraint: str = ""
-    nodes: int = 1
-    gpus_per_node: int = 0
-    cpus_per_task: int = 1
-    mem: str = ""
-    array_parallelism: int = 64
-    setup: tuple[str, ...] = ()  # shell lines run before the task (module load, env activation)
-    exclusive: bool = False
-    signal_delay_s: int = SIGNAL_DELAY_S
-    mail_type: str = ""
-    mail_user: str = ""
-    additional: tuple[tuple[str, str], ...] = ()
+    partition: str = option("", "--slurm-partition", "Slurm partition (default: the cluster's)")
+    account: str = option("", "--slurm-account", "Slurm account")
+    qos: str = option("", "--slurm-qos", "Slurm QOS")
+    time_min: int = option(60, "--slurm-time", "time limit per run: minutes or [D-]HH:MM[:SS]")
+    constraint: str = option("", "--slurm-constraint", "Slurm node constraint")
+    nodes: int = option(1, "--nodes", "nodes per run", type=int_arg)
+    gpus_per_node: int = option(0, "--gpus-per-node", "GPUs per node; >1 GPU in all uses DeepSpeed", type=int_arg)
+    cpus_per_task: int = option(1, "--cpus-per-task", "CPUs per task", type=int_arg)
+    mem: str = option("", "--mem", "memory per node, e.g. 16G")
+    array_parallelism: int = option(64, "--slurm-array-parallelism", "array tasks at once", type=int_arg)
+    setup: tuple[str, ...] = option((), "--slurm-setup", "shell line run before each task, e.g. 'module load "
+                                    "cuda' (repeatable)", repeat=True)
+    exclusive: bool = option(False, "--slurm-exclusive", "whole nodes to each task (sbatch --exclusive)",
+                             switch=True)
+    signal_delay_s: int = option(SIGNAL_DELAY_S, "--slurm-signal-delay", "seconds before the time limit that "
+                                 "USR2 asks the run to checkpoint and requeue", type=int_arg)
+    mail_type: str = option("", "--slurm-mail-type", "sbatch --mail-type, e.g. END,FAIL")
+    mail_user: str = option("", "--slurm-mail-user", "sbatch --mail-user")
+    additional: tuple[tuple[str, str], ...] = option((), "--slurm-additional", "extra sbatch option key=value "
+                                                     "(repeatable)", repeat=True)
 
     @property
     def tasks_per_node(self) -> int:
@@ -132,10 +132,8 @@ def validate_slurm_options(opts: SlurmOptions, check_partition: bool = True) -> 
     positive = {"nodes": opts.nodes, "cpus_per_task": opts.cpus_per_task, "slurm_time": opts.time_min,
                 "slurm_array_parallelism": opts.array_parallelism}
     for name, value in positive.items():
-        if value < 1:
-            raise ValueError(f"{name}: {value} must be >= 1; fix: pass a positive integer")
-    if opts.gpus_per_node < 0:
-        raise ValueError(f"gpus_per_node: {opts.gpus_per_node} must be >= 0; fix: pass 0 for CPU-only or a GPU count")
+        rules.positive_int(name, value)
+    rules.nonneg_int("gpus_per_node", opts.gpus_per_node)
     if opts.mem and not MEM_PATTERN.match(opts.mem):
         raise ValueError(f"mem: {opts.mem!r} is not a size; fix: e.g. --mem 16G")
     _validate_notifications(opts)

@@ -23,7 +23,12 @@ STATES = ("pending", "running", "done", "failed", "preempted")
 STATUS_FILE = "status.json"
 METRICS_FILE = "metrics.ndjson"
 SPEC_FILE = "spec.json"
+STUDY_FILE = "study.json"  # a study directory's marker (scaling.ledger writes it)
+RUNS_DIR = "runs"  # where a study keeps its run directories
 MANIFEST_FILE = "manifest.json"
+# What makes a folder a study's or a started run's (cli.paths.not_nested): a loose spec.json beside
+# a run directory is a user's file, not a run.
+NESTING_MARKERS = {"study": (STUDY_FILE,), "run": (SPEC_FILE, MANIFEST_FILE)}
 CKPT_DIR = "ckpt"  # checkpoints: ckpt/step_XXXXXXXX (see jobs.checkpoint)
 CKPT_PREFIX = "step_"
 REASON_CHARS = 300  # status reasons are one line, at most this long

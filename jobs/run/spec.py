@@ -1,6 +1,7 @@
 """The run spec: one frozen record of everything that defines a training run.
 
-`run_id` hashes only the fields that change results (`HASHED_FIELDS`); resources (engine, ZeRO
+`run_id` hashes only the fields that change results (`HASHED_FIELDS`: every field not declared
+`unhashed`); resources (engine, ZeRO
 stage, checkpoint cadence), bookkeeping (study, variant label, role, judge) and tracking names are
 carried beside them but never enter the hash, so moving a run to another backend keeps its
 identity. `model_options` holds every model option resolved, defaults included (the study
@@ -11,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,11 @@ ZERO_STAGES = (1, 2, 3)
 PRECISIONS = ("auto", "fp32", "bf16")
 SCHEDULES = ("cosine", "wsd")  # wsd: warm-up, stable at the peak, linear decay (Hu et al. 2024, MiniCPM)
 COMPILE_SETTINGS = ("auto", "on", "off")  # torch.compile of the core: auto = on GPU, on CPU by jobs.run.cpu_compile
+
+
+def unhashed(default: Any) -> Any:
+    """A RunSpec field that never enters the run id (a resource or bookkeeping), declared so."""
+    return field(default=default, metadata={"hashed": False})
 
 
 @dataclass(frozen=True)
@@ -51,22 +57,22 @@ class RunSpec:
     precision: str = "auto"  # auto = bf16 autocast on GPU, fp32 on CPU
     eval_batches: int = 8
     text_field: str = "text"  # the corpus column holding the documents (see LATE_DEFAULTS)
-    # ---- not hashed: resources, cadence, bookkeeping ----
-    engine: str = "torch"
-    zero_stage: int = 2
-    compile: str = "auto"  # torch.compile of the core's block stack (COMPILE_SETTINGS)
-    deepspeed_config: str = ""  # the user's DeepSpeed overlay as canonical JSON (jobs.train.ds_config)
-    eval_every: int = 0  # 0 = only at the end
-    checkpoint_every: int = 0  # 0 = only at the end
-    keep_checkpoints: int = 2
-    log_every: int = 10
-    eval_suite: str = "quick"  # jobs.evaluate's suite for the run's final evaluation
-    study: str = ""
-    variant: str = ""
-    tracking: tuple[tuple[str, Any], ...] = ()
-    role: str = "compared"  # compared | judge (scores others' samples; in no fit or gap)
-    judge: str = ""  # the run that scores this run's samples: a sibling run id or a run directory
-    snapshot_steps: str = ""  # a WSD trunk: steps ("100,200") whose state its branches start from
+    # Not hashed (declared with `unhashed`): resources, cadence, bookkeeping.
+    engine: str = unhashed("torch")
+    zero_stage: int = unhashed(2)
+    compile: str = unhashed("auto")  # torch.compile of the core's block stack (COMPILE_SETTINGS)
+    deepspeed_config: str = unhashed("")  # the user's DeepSpeed overlay as canonical JSON (jobs.ds_config)
+    eval_every: int = unhashed(0)  # 0 = only at the end
+    checkpoint_every: int = unhashed(0)  # 0 = only at the end
+    keep_checkpoints: int = unhashed(2)
+    log_every: int = unhashed(10)
+    eval_suite: str = unhashed("quick")  # jobs.evaluate's suite for the run's final evaluation
+    study: str = unhashed("")
+    variant: str = unhashed("")
+    tracking: tuple[tuple[str, Any], ...] = unhashed(())
+    role: str = unhashed("compared")  # compared | judge (scores others' samples; in no fit or gap)
+    judge: str = unhashed("")  # the run that scores this run's samples: a sibling run id or a run directory
+    snapshot_steps: str = unhashed("")  # a WSD trunk: steps ("100,200") whose state its branches start from
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model_options", _freeze(self.model_options))
@@ -130,10 +136,6 @@ class RunSpec:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
 
-UNHASHED_FIELDS = (
-    "engine", "zero_stage", "compile", "deepspeed_config", "eval_every", "checkpoint_every", "keep_checkpoints",
-    "log_every", "eval_suite", "study", "variant", "tracking", "role", "judge", "snapshot_steps",
-)
 ROLES = ("compared", "judge")
 # Hashed fields added after run ids were first handed out: at these defaults they stay out of the
 # hash, so every run id from before they existed is unchanged.
@@ -143,7 +145,7 @@ LATE_DEFAULTS: dict[str, Any] = {"text_field": "text", "schedule": "cosine", "de
 # schemas): left out of the hash the same way. pos: the position encoding (learned | rope).
 LATE_OPTION_DEFAULTS: dict[str, Any] = {"pos": "learned"}
 _NO_DEFAULT = object()
-HASHED_FIELDS = tuple(f.name for f in dataclasses.fields(RunSpec) if f.name not in UNHASHED_FIELDS)
+HASHED_FIELDS = tuple(f.name for f in dataclasses.fields(RunSpec) if f.metadata.get("hashed", True))
 
 
 def canonical_json(obj: Any) -> str:

@@ -27,6 +27,7 @@ import torch
 
 from jobs.run.files import MANIFEST_FILE, append_metrics, atomic_write_json
 from jobs.run.spec import RunSpec
+from cli import rules
 
 PACKAGES = ("torch", "numpy", "deepspeed", "tiktoken", "polars", "wandb", "aoscale")
 DEFAULT_PROJECT = "aoscale"
@@ -36,21 +37,20 @@ WANDB_STATE = "wandb/aoscale.json"  # the last step this run logged to wandb (fo
 DEFAULT_HOST = "https://api.wandb.ai"
 
 
-def check_tracking(table: dict[str, Any]) -> dict[str, Any]:
-    """A validated `[tracking]` table (ValueError naming the key); `project` alone turns wandb on."""
-    unknown = sorted(set(table) - set(WANDB_KEYS))
-    if unknown:
-        raise ValueError(f"tracking: unknown key {unknown[0]!r}; valid: {', '.join(WANDB_KEYS)}")
-    if table.get("mode", "online") not in WANDB_MODES:
-        raise ValueError(f"tracking: mode must be one of {', '.join(WANDB_MODES)}, got {table['mode']!r}")
+def check_tracking(table: dict[str, Any], where: str = "tracking") -> dict[str, Any]:
+    """A validated `[tracking]` table (cli.InputError naming `tracking.KEY`); `project` alone turns
+    wandb on."""
+    rules.known_keys(where, table, WANDB_KEYS)
+    if "mode" in table:
+        rules.one_of(f"{where}.mode", table["mode"], WANDB_MODES)
     tags = table.get("tags", [])
     if not isinstance(tags, list) or not all(isinstance(t, str) and t for t in tags):
-        raise ValueError(f"tracking: tags must be a list of non-empty strings, got {tags!r}")
+        raise rules.fail(f"{where}.tags", tags, "must be a list of non-empty strings")
     for key in ("project", "entity", "group"):
-        if key in table and not (isinstance(table[key], str) and table[key]):
-            raise ValueError(f"tracking: {key} must be a non-empty string, got {table[key]!r}")
-    if not isinstance(table.get("wandb", False), bool):
-        raise ValueError(f"tracking: wandb must be true or false, got {table['wandb']!r}")
+        if key in table:
+            rules.text(f"{where}.{key}", table[key])
+    if "wandb" in table:
+        rules.switch(f"{where}.wandb", table["wandb"])
     return {**table, "wandb": table.get("wandb", "project" in table)}
 
 

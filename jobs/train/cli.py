@@ -16,6 +16,7 @@ from jobs.train.preflight import check_types
 from jobs.run.files import SPEC_FILE
 from jobs.run.spec import RunSpec
 
+TABLE_FIELDS = {"model_options": "KEY=VALUE", "tracking": "tracking.KEY=VALUE"}  # not settable whole
 DEFAULT_LR = 1e-3  # for the CPU rungs; scaling/ sets each rung's learning rate in studies
 DEFAULT_WARMUP_FRACTION = 0.1  # warm-up steps = 10 % of steps unless --warmup is given
 FLAG_FIELDS = {  # CLI flag -> RunSpec field
@@ -66,6 +67,8 @@ def _apply_sets(fields: dict[str, Any], pairs: list[str]) -> None:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise InputError(f"--set: {pair!r} must look like key=value")
+        if key in TABLE_FIELDS:
+            raise InputError(f"--set: {key} is a table, set its keys one by one (--set {TABLE_FIELDS[key]})")
         if key.startswith("tracking."):
             tracking[key.removeprefix("tracking.")] = _parse_value(value)
         elif key in names:
@@ -97,7 +100,9 @@ def spec_from_args(args: argparse.Namespace) -> RunSpec:
     fields = _base_fields(args)
     fields.update({FLAG_FIELDS[k]: v for k, v in vars(args).items() if k in FLAG_FIELDS and v is not None})
     _apply_sets(fields, args.set)
-    check_types({k: v for k, v in fields.items() if not (k == "warmup_steps" and v is None)})
+    computed = {"steps"} if args.tokens is not None else set()  # from --tokens, below (checked by check_run)
+    check_types({k: v for k, v in fields.items()
+                 if k not in computed and not (k == "warmup_steps" and v is None)})
     if args.tokens is not None:
         tokens_per_step = fields.get("batch_size", 16) * fields.get("seq_len", 128)
         if args.tokens < 1 or tokens_per_step < 1:

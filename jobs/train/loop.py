@@ -27,12 +27,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from cli import InputError, parse, run_main
+from cli import InputError, parse, rules, run_main
 from jobs.train import checkpoint as ckpt
 from jobs.run.allocator import keep_freed_memory
 from jobs.data.corpus import Batches, corpus_hash, data_record, token_array, tokenizer_hash, val_batches
 from jobs.train.engines import Engine, eval_mode, make_engine
-from jobs.train.preflight import check_run
+from jobs.train.preflight import check_run, check_run_path
 from jobs.run.files import (SPEC_FILE, add_status_warning, atomic_write_text, read_metrics, read_status,
                            truncate_metrics, write_status)
 from jobs.run.rng import rng_state, seed_everything, set_rng_state
@@ -449,9 +449,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args
 
     def body() -> int:
+        check_run_path(args.run_dir)
         spec = spec_from_args(args)
-        if args.max_steps_this_call is not None and args.max_steps_this_call < 1:
-            raise InputError("--max-steps-this-call: must be >= 1")
+        if args.max_steps_this_call is not None:
+            rules.positive_int("--max-steps-this-call", args.max_steps_this_call)
         state = train(args.run_dir, spec, max_steps_this_call=args.max_steps_this_call,
                       handle_signals=args.handle_signals)
         return EXIT_CODES[state]

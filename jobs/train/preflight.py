@@ -3,8 +3,7 @@
 `check_run(run_dir, spec)` is what `jobs.train` runs first, and `scaling.preflight` runs the
 same checks over every run of a study before the launcher writes the study:
 
-- field types and ranges (integers where counts are, finite positive numbers where rates are),
-  then `jobs.run_checks.validate`, the trainer's own rules;
+- each field by its one rule and the rules between fields (`jobs.run_checks.validate`);
 - the model's own rules (family, size, options, context), without building the model, and that
   the family provides every capability its evaluation suite uses (`jobs.suites.Suite.capabilities`);
 - memory of the model's training state and activations against this machine;
@@ -18,9 +17,7 @@ token counts come from tokenising a small local corpus in memory, else from the 
 """
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 import os
 import socket
 import threading
@@ -38,11 +35,13 @@ from jobs.train.rules import check_run_dir, validate
 from jobs.run.files import SPEC_FILE, checkpoint_steps
 from jobs.run.spec import RunSpec
 from jobs.data.suites import SUITES
+from cli.paths import not_nested, user_path
+from jobs.train.rules import check_fields
+from jobs.run.files import NESTING_MARKERS, RUNS_DIR
 from models import FAMILIES
 from models.families.base import capabilities, resolve_options
 from models.ladder import core_params, get_shape
 
-SEED_LIMIT = 2**63  # torch.manual_seed and numpy's SeedSequence take any seed in [0, 2**63)
 # Bytes per parameter in training: fp32 weights 4 + gradients 4 + AdamW moments 8 (+ EMA 4).
 STATE_BYTES_PER_PARAM = 16
 EMA_BYTES_PER_PARAM = 4
@@ -52,39 +51,18 @@ ACT_BYTES_PER_D, ACT_BYTES_PER_HT = 2 * 34, 2 * 5
 IN_MEMORY_BYTES = 16 << 20  # local corpora up to this size are tokenised in memory (seconds); larger: the cache
 HUB_TIMEOUT_S = 20.0  # one resolution of a Hugging Face name; offline names fail at once
 HUB_HOST = "huggingface.co"
-_FIELD_KINDS = {f.name: f.type for f in dataclasses.fields(RunSpec)}
-
-
-def _kind_error(name: str, value: Any, kind: str) -> InputError:
-    return InputError(f"{name}: {value!r} is not {kind}; give {kind} (e.g. in spec.json or --set {name}=...)")
 
 
 def check_types(fields: dict[str, Any]) -> None:
-    """Each RunSpec field present in `fields` has its type: integers (not bools) for counts,
-    finite numbers for rates, strings for names; seeds in [0, 2**63)."""
-    for name, value in fields.items():
-        kind = _FIELD_KINDS.get(name)
-        if kind == "int" and (not isinstance(value, int) or isinstance(value, bool)):
-            raise _kind_error(name, value, "an integer")
-        if kind == "float" and (not isinstance(value, (int, float)) or isinstance(value, bool)
-                                or not math.isfinite(value)):
-            raise _kind_error(name, value, "a finite number")
-        if kind == "str" and not isinstance(value, str):
-            raise _kind_error(name, value, "a string")
-        if kind and kind.startswith("tuple") and not isinstance(value, (dict, tuple, list)):
-            raise _kind_error(name, value, "a table of key = value options")
-    seed = fields.get("seed", 0)
-    if not 0 <= seed < SEED_LIMIT:
-        raise InputError(f"seed: {seed} must be in [0, 2**63); pass a non-negative seed")
+    """Each RunSpec field present in `fields` by its rule (jobs.run_checks.FIELD_RULES): integers
+    (not bools) for counts, finite numbers in range for rates, known names, seeds in [0, 2**63)."""
+    check_fields(fields)
 
 
 def check_spec(spec: RunSpec) -> None:
-    """Types, the trainer's rules and the model's rules of one spec (no data, no memory)."""
-    check_types({f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)})
-    try:
-        validate(spec)
-    except ValueError as error:
-        raise InputError(str(error)) from None
+    """Every field's rule, the rules between fields and the model's rules of one spec (no data,
+    no memory)."""
+    validate(spec)
     model_params(spec)
     check_capabilities(spec)
 
@@ -203,7 +181,8 @@ def _resolve_hub(corpus: str) -> None:
 
     def resolve() -> None:
         try:
-            datasets.load_dataset_builder(name, config or None)
+            with data.scratch_cache() as folder:  # metadata only: nothing kept, nothing in $HF_HOME
+                datasets.load_dataset_builder(name, config or None, cache_dir=folder)
             outcome.append(None)
         except Exception as error:  # offline, unknown name, gated: all mean "cannot load"
             outcome.append(error)
@@ -254,6 +233,7 @@ def check_data(corpus: str, tokenizer: str, seq_len: int, text_field: str = data
     if (corpus != "shakespeare" and not data._is_local(corpus)
             and not data.token_path(corpus, tokenizer, "train", text_field).exists()):
         _resolve_hub(corpus)
+    data.check_local_rows(corpus, text_field)  # every row, before any run directory exists
     for split in data.SPLITS:
         n_tokens = split_tokens(corpus, tokenizer, split, text_field)
         if n_tokens is not None and n_tokens < seq_len + 1:
@@ -270,8 +250,25 @@ def check_writable(path: Path, field: str) -> None:
         raise InputError(f"{field}: {existing} is not writable; pass a folder you can write to")
 
 
+def check_run_path(run_dir: str | Path, field: str = "--run-dir") -> Path:
+    """A run directory as the user gave it: non-empty, reachable (cli.paths.user_path), not
+    inside another run, and inside a study only as `<study>/runs/<run>`."""
+    path = user_path(field, run_dir)
+    not_nested(field, path, NESTING_MARKERS, allowed=(RUNS_DIR,))
+    return path
+
+
 def check_eval_dir(run_dir: Path) -> None:
     """A run directory that evaluation or generation can read and write records into."""
+    check_run_path(run_dir)
+    try:
+        _check_eval_files(Path(run_dir))
+    except OSError as error:
+        raise InputError(f"--run-dir: {error.filename or run_dir}: {error.strerror or error}; check its "
+                         "permissions") from None
+
+
+def _check_eval_files(run_dir: Path) -> None:
     if not (run_dir / SPEC_FILE).is_file():
         raise InputError(f"--run-dir: {run_dir} has no spec.json; pass a run directory made by jobs.train")
     if not os.access(run_dir, os.W_OK | os.X_OK):
@@ -284,6 +281,7 @@ def check_eval_dir(run_dir: Path) -> None:
 def check_run(run_dir: Path, spec: RunSpec, *, memory: bool = True) -> None:
     """Everything `jobs.train` checks before it writes: spec, model, memory, data, run dir."""
     check_spec(spec)
+    check_run_path(run_dir, "run_dir")
     check_writable(run_dir, "run_dir")
     try:
         check_run_dir(run_dir, spec)

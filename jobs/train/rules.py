@@ -1,45 +1,91 @@
-"""Checks a run makes before it touches its directory: the spec's fields, and that the directory
-holds this run (same run id, checkpoints from the same engine). Each failure is a ValueError
-naming the field and the fix."""
+"""Checks a run makes before it touches its directory: the spec's fields (each by the one rule
+`FIELD_RULES` declares for it, cli.InputError), and that the directory holds this run (same run
+id, checkpoints from the same engine; ValueError naming the field and the fix)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from jobs.train import checkpoint as ckpt
+from cli import rules
+from jobs.data.suites import check_suite
 from jobs.run.files import SPEC_FILE
-from jobs.run.spec import COMPILE_SETTINGS, ENGINES, PRECISIONS, SCHEDULES, ZERO_STAGES, RunSpec
+from jobs.run.spec import COMPILE_SETTINGS, ENGINES, PRECISIONS, ROLES, SCHEDULES, ZERO_STAGES, RunSpec
+from jobs.run.tracking import WANDB_KEYS, WANDB_MODES
+from jobs.train import checkpoint as ckpt
 
+
+def _options(field: str, value: Any) -> Any:
+    if not isinstance(value, (dict, tuple, list)):
+        raise rules.fail(field, value, "must be a table of key = value options")
+    return value
+
+
+def _tracking(field: str, value: Any) -> Any:
+    """A run's tracking names: the study's [tracking] keys and its arm's factor_* levels."""
+    table = dict(_options(field, value))
+    for key, item in table.items():
+        if key not in WANDB_KEYS and not key.startswith("factor_"):
+            raise rules.fail(f"{field}.{key}", item, "is not a known key", f"valid: {', '.join(WANDB_KEYS)}")
+    if "mode" in table:
+        rules.one_of(f"{field}.mode", table["mode"], WANDB_MODES)
+    if "wandb" in table:
+        rules.switch(f"{field}.wandb", table["wandb"])
+    return value
+
+
+def _text_or_empty(field: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise rules.fail(field, value, "must be a string")
+    return value
+
+
+def _decay_fraction(field: str, value: Any) -> float:
+    """WSD's decaying share of the steps: in (0, 1]."""
+    if rules.fraction(field, value) <= 0:
+        raise rules.fail(field, value, "must be in (0, 1]", "the final share of steps that decays")
+    return value
+
+
+# Every RunSpec field's rule (type and range), declared once: jobs.train's flags, --set and
+# spec.json, and a study's [run] and [resources] tables are all checked by these.
+FIELD_RULES: dict[str, Callable[[str, Any], Any]] = {
+    "family": rules.text, "size": rules.text, "steps": rules.positive_int, "lr": rules.positive_number,
+    "warmup_steps": rules.nonneg_int, "model_options": _options, "tokenizer": rules.text, "corpus": rules.text,
+    "seq_len": lambda f, v: rules.at_least(f, v, 2), "batch_size": rules.positive_int,
+    "micro_batch_size": rules.nonneg_int, "min_lr_ratio": rules.fraction, "weight_decay": rules.nonneg_number,
+    "beta1": rules.rate, "beta2": rules.rate, "grad_clip": rules.positive_number, "ema": rules.rate,
+    "seed": rules.seed, "precision": lambda f, v: rules.one_of(f, v, PRECISIONS), "eval_batches": rules.positive_int,
+    "text_field": rules.text, "engine": lambda f, v: rules.one_of(f, v, ENGINES),
+    "zero_stage": lambda f, v: rules.one_of(f, v, ZERO_STAGES),
+    "compile": lambda f, v: rules.one_of(f, v, COMPILE_SETTINGS), "deepspeed_config": _text_or_empty,
+    "eval_every": rules.nonneg_int, "checkpoint_every": rules.nonneg_int, "keep_checkpoints": rules.positive_int,
+    "log_every": rules.positive_int, "eval_suite": check_suite, "study": _text_or_empty,
+    "variant": _text_or_empty, "tracking": _tracking, "role": lambda f, v: rules.one_of(f, v, ROLES),
+    "judge": _text_or_empty, "schedule": lambda f, v: rules.one_of(f, v, SCHEDULES),
+    "decay_fraction": _decay_fraction, "branch_from": _text_or_empty, "branch_step": rules.nonneg_int,
+    "snapshot_steps": _text_or_empty,
+}
+
+
+def check_field(name: str, value: Any, where: str = "") -> Any:
+    """One RunSpec field by its rule; `where` prefixes the field as the user wrote it (`run.`)."""
+    return FIELD_RULES[name](where + name, value)
+
+
+def check_fields(fields: dict[str, Any]) -> None:
+    """Every RunSpec field present in `fields` by its rule (unknown names are RunSpec's to refuse)."""
+    for name, value in fields.items():
+        if name in FIELD_RULES:
+            check_field(name, value)
 
 
 def validate(spec: RunSpec) -> None:
-    """Raise ValueError naming the first bad field and how to fix it."""
-    checks = [
-        (spec.engine in ENGINES, "engine", f"{spec.engine!r} is unknown; use one of {list(ENGINES)}"),
-        (spec.zero_stage in ZERO_STAGES, "zero_stage", f"{spec.zero_stage} is invalid; use 1, 2 or 3"),
-        (spec.precision in PRECISIONS, "precision", f"{spec.precision!r} is unknown; use {list(PRECISIONS)}"),
-        (spec.compile in COMPILE_SETTINGS, "compile", f"{spec.compile!r} is unknown; use {list(COMPILE_SETTINGS)}"),
-        (spec.steps > 0, "steps", f"{spec.steps} must be a positive number of optimizer steps"),
-        (spec.lr > 0, "lr", f"{spec.lr} must be positive"),
-        (spec.warmup_steps >= 0, "warmup_steps", f"{spec.warmup_steps} must be >= 0"),
-        (spec.seq_len >= 2, "seq_len", f"{spec.seq_len} must be >= 2"),
-        (spec.batch_size > 0, "batch_size", f"{spec.batch_size} must be positive"),
-        (spec.micro_batch_size >= 0 and spec.micro_batch > 0 and spec.batch_size % spec.micro_batch == 0,
-         "micro_batch_size",
-         f"{spec.micro_batch_size} must divide batch_size {spec.batch_size} (0 = no accumulation)"),
-        (0.0 <= spec.ema < 1.0, "ema", f"{spec.ema} must be in [0, 1) (0 = off)"),
-        (0.0 <= spec.min_lr_ratio <= 1.0, "min_lr_ratio", f"{spec.min_lr_ratio} must be in [0, 1]"),
-        (spec.schedule in SCHEDULES, "schedule", f"{spec.schedule!r} is unknown; use one of {list(SCHEDULES)}"),
-        (0.0 < spec.decay_fraction <= 1.0, "decay_fraction", f"{spec.decay_fraction} must be in (0, 1]"),
-        (spec.grad_clip > 0, "grad_clip", f"{spec.grad_clip} must be positive"),
-        (spec.keep_checkpoints >= 1, "keep_checkpoints", f"{spec.keep_checkpoints} must be >= 1"),
-        (spec.checkpoint_every >= 0, "checkpoint_every", f"{spec.checkpoint_every} must be >= 0"),
-        (spec.eval_every >= 0, "eval_every", f"{spec.eval_every} must be >= 0"),
-        (spec.log_every >= 1, "log_every", f"{spec.log_every} must be >= 1"),
-        (spec.eval_batches >= 1, "eval_batches", f"{spec.eval_batches} must be >= 1"),
-    ]
-    for ok, name, message in checks:
-        if not ok:
-            raise ValueError(f"{name}: {message}")
+    """Every field of the spec by its rule, then the rules between fields (InputError)."""
+    check_fields({name: getattr(spec, name) for name in FIELD_RULES})
+    if spec.batch_size % spec.micro_batch:
+        raise rules.fail("micro_batch_size", spec.micro_batch_size,
+                         f"must divide batch_size {spec.batch_size} (0 = no accumulation)")
 
 
 def check_run_dir(run_dir: Path, spec: RunSpec) -> None:

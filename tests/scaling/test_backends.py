@@ -43,8 +43,8 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("argv, start", [
-    (["--backend", "slurm", "--gpus-per-node", "-1"], "gpus_per_node: -1 must be >= 0"),
-    (["--backend", "slurm", "--nodes", "0"], "nodes: 0 must be >= 1"),
+    (["--backend", "slurm", "--gpus-per-node", "-1"], "gpus_per_node: -1 must be an integer >= 0"),
+    (["--backend", "slurm", "--nodes", "0"], "nodes: 0 must be a positive integer"),
     (["--backend", "slurm", "--slurm-time", "soon"], "slurm_time: 'soon' is not a time"),
     (["--backend", "slurm", "--mem", "lots"], "mem: 'lots' is not a size"),
     (["--backend", "slurm", "--slurm-additional", "exclusive"], "slurm_additional: 'exclusive' is not key=value"),

@@ -147,9 +147,13 @@ def test_a_missing_text_field_and_an_empty_dataset_are_named(tmp_path, cache_dir
     with pytest.raises(ValueError, match=r"^corpus .*empty'?: has no documents"):
         data.token_cache(str(empty), "bytes")
     empty_rows = tmp_path / "empty_rows"
-    datasets.Dataset.from_dict({"text": ["", None]}).save_to_disk(str(empty_rows))
+    datasets.Dataset.from_dict({"text": ["", ""]}).save_to_disk(str(empty_rows))
     with pytest.raises(ValueError, match=r"^corpus .*empty_rows'?: the train split has no documents"):
         data.token_cache(str(empty_rows), "bytes")
+    null_row = tmp_path / "null_row"  # a null text is bad input, named with its row, not skipped
+    datasets.Dataset.from_dict({"text": ["a document", None]}).save_to_disk(str(null_row))
+    with pytest.raises(ValueError, match=r"^corpus: row 1: text field 'text' is null, not a string"):
+        data.token_cache(str(null_row), "bytes")
 
 
 def test_the_builder_reads_one_shard_of_documents_at_a_time(tmp_path, cache_dir):

@@ -145,7 +145,7 @@ def test_unknown_partition_is_refused(tmp_path):
 
 
 def test_bad_resources_are_refused_before_slurm_is_asked():
-    with pytest.raises(ValueError, match=r"^gpus_per_node: -1 must be >= 0"):
+    with pytest.raises(ValueError, match=r"^gpus_per_node: -1 must be an integer >= 0"):
         validate_slurm_options(SlurmOptions(gpus_per_node=-1))
     with pytest.raises(ValueError, match=r"^nodes: 0"):
         validate_slurm_options(SlurmOptions(nodes=0))

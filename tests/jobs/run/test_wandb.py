@@ -101,9 +101,9 @@ def test_wandb_flag_and_tracking_table_reach_every_run_and_keep_run_ids(tmp_path
 
 
 @pytest.mark.parametrize("table, field", [
-    ('[tracking]\nprojet = "p"\n', "tracking: unknown key 'projet'"),
-    ('[tracking]\nmode = "cloud"\n', "tracking: mode"),
-    ('[tracking]\ntags = "a"\n', "tracking: tags"),
+    ('[tracking]\nprojet = "p"\n', "tracking.projet: 'p' is not a known key"),
+    ('[tracking]\nmode = "cloud"\n', "tracking.mode"),
+    ('[tracking]\ntags = "a"\n', "tracking.tags"),
 ])
 def test_a_bad_tracking_table_exits_2_naming_the_key(table, field, tmp_path, monkeypatch, capsys):
     (tmp_path / "s.toml").write_text('families = ["ar"]\nsizes = ["0.1M"]\n' + table)

@@ -257,7 +257,7 @@ def test_cli_exit_status_2_in_a_real_process(tmp_path):
                          env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
-        "error: steps: 0 must be a positive number of optimizer steps"]
+        "error: steps: 0 must be a positive integer"]
     assert not (tmp_path / "r").exists()
 
 

@@ -1,0 +1,69 @@
+"""User paths (`--study-dir`, `--run-dir`, `--out`, a corpus): checked once, before anything is
+written, each failure one `cli.InputError` line naming the flag and the path.
+
+`user_path` refuses an empty path, a path or component too long for the file system, a symlink
+loop, a dangling symlink, and any other OS error met while resolving it. `not_nested` refuses a
+folder inside another study or run (a folder holding one of the marker files), so one study
+never writes into another's files.
+"""
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+from cli import InputError
+
+NAME_MAX = 255  # bytes in one path component (ext4, xfs, btrfs, APFS)
+PATH_MAX = 4096  # bytes in a whole path (Linux)
+
+
+def _shown(text: str) -> str:
+    return text if len(text) <= 80 else f"{text[:40]}...{text[-20:]} ({len(text)} characters)"
+
+
+def user_path(field: str, text: str | os.PathLike) -> Path:
+    """`text` as a Path that can be looked up here (it need not exist); InputError otherwise."""
+    raw = os.fspath(text)
+    if not raw.strip():
+        raise InputError(f"{field}: empty path; give a folder or file name")
+    if "\0" in raw:
+        raise InputError(f"{field}: {raw!r} holds a NUL byte; give a plain path")
+    longest = max(raw.split(os.sep), key=lambda part: len(part.encode()))
+    if len(longest.encode()) > NAME_MAX or len(raw.encode()) > PATH_MAX:
+        raise InputError(f"{field}: {_shown(raw)} is too long for the file system (a name may hold {NAME_MAX} "
+                         f"bytes, a path {PATH_MAX}); choose a shorter path")
+    path = Path(raw).expanduser()
+    try:
+        path.resolve(strict=False)
+        if path.is_symlink() and not path.exists():
+            raise InputError(f"{field}: {raw} is a symbolic link to {os.readlink(path)}, which does not exist; "
+                             "fix or remove the link")
+    except RuntimeError:  # Python < 3.13 reports a symlink loop this way
+        raise InputError(f"{field}: {raw} is a symbolic link loop; fix or remove the link") from None
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise InputError(f"{field}: {raw} is a symbolic link loop; fix or remove the link") from None
+        raise InputError(f"{field}: {raw}: {error.strerror or error}; give a path you can reach") from None
+    return path
+
+
+def marked(folder: Path, files: tuple[str, ...]) -> bool:
+    """Whether `folder` holds every one of the marker `files` (unreadable counts as not)."""
+    try:
+        return all((folder / name).is_file() for name in files)
+    except OSError:
+        return False
+
+
+def not_nested(field: str, path: Path, markers: dict[str, tuple[str, ...]], allowed: tuple[str, ...] = ()) -> None:
+    """Refuse `path` inside a folder holding a kind's marker files (`{"run": ("spec.json",
+    "manifest.json")}`): that folder is the kind's and is written by it. `allowed` names
+    sub-folders of a marked folder where `path` may sit directly (a study's `runs/`)."""
+    resolved = path.expanduser().resolve()
+    for parent in resolved.parents:
+        for kind, files in markers.items():
+            if not marked(parent, files) or (resolved.parent.name in allowed and resolved.parent.parent == parent):
+                continue
+            raise InputError(f"{field}: {path} is inside the {kind} directory {parent}; pass a folder outside "
+                             f"any {kind}")

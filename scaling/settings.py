@@ -1,0 +1,317 @@
+"""Study settings: every setting declared once with its section and its rule, loaded in one place.
+
+A study's settings come in layers, later winning: a preset, a TOML file (`--spec`), the
+command-line flags, and under them all the base for the study's sizes (`presets.base_for`).
+`load_settings` checks every key of every layer by the rule its declaration names (cli.rules),
+before anything merges or anything is written, so a bad value is named as the user wrote it
+(`run.beta1`, `arms[1].family`, `sizes: 0.1M given twice`), and no key is dropped silently.
+It returns a frozen `StudySettings` whose sections (data, budget, network, resources,
+tracking; a sweep or plans section fits the same way) are what `scaling.study` expands.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
+
+import models
+from cli import InputError, rules
+from jobs.train import ds_config
+from jobs.train.rules import check_field
+from jobs.run.spec import HASHED_FIELDS
+from jobs.data.suites import check_suite
+from jobs.run.tracking import check_tracking
+from models.ladder import get_shape
+
+from .arms import DEFAULT_ARMS, Arm, default_arm, network_options
+from .presets import PRESETS, base_for, preset_settings
+from . import sweep
+from .recipes import Budget
+
+TOKENS_PER_PARAM_LIMIT = 1e6  # Chinchilla is 20; far above any sane budget, far below float overflow
+# RunSpec fields a study decides itself; the remaining hashed fields may be set under [run].
+STRUCTURAL = {"family", "size", "steps", "lr", "warmup_steps", "model_options", "tokenizer", "corpus",
+              "text_field", "seq_len", "batch_size", "ema", "seed"}
+RUN_OVERRIDES = tuple(name for name in HASHED_FIELDS if name not in STRUCTURAL)
+RESOURCES = ("engine", "zero_stage", ds_config.FIELD, "eval_every", "checkpoint_every", "keep_checkpoints", "log_every")
+ARM_KEYS = ("family", "options", "ema", "factors", "label", "network")
+TABLES = ("run", "resources", "tracking")  # merged field by field across layers
+
+
+def _preset(field: str, value: Any) -> str:
+    return rules.one_of(field, rules.text(field, value), PRESETS)
+
+
+def _families(field: str, value: Any) -> tuple[str, ...]:
+    families = rules.text_list(field, value)
+    for family in families:
+        rules.one_of(field, family, models.FAMILIES)
+    return families
+
+
+def _sizes(field: str, value: Any) -> tuple[str, ...]:
+    sizes = rules.text_list(field, value)
+    for size in sizes:
+        _plain(get_shape, size)
+    return sizes
+
+
+def _plain(function: Callable, *args: Any) -> Any:
+    """`function(*args)`, its ValueError (already naming the field) as an InputError."""
+    try:
+        return function(*args)
+    except InputError:
+        raise
+    except (ValueError, TypeError) as error:
+        raise InputError(str(error).splitlines()[0]) from None
+
+
+def _network(field: str, value: Any) -> Any:
+    if not isinstance(value, (str, dict)):
+        raise rules.fail(field, value, "must be a network name (gpt2, official, gpt2,pos=rope) or a table")
+    _plain(network_options, value)
+    return value
+
+
+def _arm(field: str, value: Any) -> Arm:
+    """One `[[arms]]` table (or a preset's Arm), every key checked."""
+    if isinstance(value, Arm):
+        return value
+    rules.known_keys(field, value, ARM_KEYS)
+    if "family" not in value:
+        raise InputError(f"{field}: family missing; each [[arms]] table needs family = \"ar\" (or another family)")
+    family = rules.one_of(f"{field}.family", value["family"], models.FAMILIES)
+    options = rules.table(f"{field}.options", value.get("options", {}))
+    factors = rules.table(f"{field}.factors", value.get("factors", {}))
+    ema = value.get("ema")
+    label = value.get("label", "")
+    if label:
+        rules.text(f"{field}.label", label)
+    if value.get("network") is not None:
+        _network(f"{field}.network", value["network"])
+    return Arm(family, options, None if ema is None else rules.rate(f"{field}.ema", ema), factors, label,
+               value.get("network"))
+
+
+def _arms(field: str, value: Any) -> tuple[Arm, ...]:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise rules.fail(field, value, "must be a non-empty list of [[arms]] tables")
+    return tuple(_arm(f"{field}[{i}]", item) for i, item in enumerate(value))
+
+
+def _prefix(field: str) -> str:
+    """How a table's fields are named: `run.beta1` in a file; a flag's own name (`engine`) for the
+    tables the launcher builds from flags (field "")."""
+    return f"{field}." if field else ""
+
+
+def _run(field: str, value: Any) -> dict[str, Any]:
+    rules.known_keys(field or "run", value, RUN_OVERRIDES)
+    return {key: check_field(key, item, _prefix(field)) for key, item in value.items()}
+
+
+def _resources(field: str, value: Any) -> dict[str, Any]:
+    rules.known_keys(field or "resources", value, RESOURCES)
+    return {key: item if key == ds_config.FIELD else check_field(key, item, _prefix(field))
+            for key, item in value.items()}
+
+
+def _tracking(field: str, value: Any) -> dict[str, Any]:
+    check_tracking(rules.table(field or "tracking", value), field or "tracking")
+    return value
+
+
+def _positive_tokens_per_param(field: str, value: Any) -> float | list[float]:
+    """One ratio, or a list of them (the data axis: scaling.sweep), each positive and bounded."""
+    if isinstance(value, (str, list, tuple)):
+        ratios = _plain(sweep.parse_numbers, field, value)
+        return [_positive_tokens_per_param(field, ratio) for ratio in ratios] if len(ratios) > 1 else \
+            _positive_tokens_per_param(field, ratios[0])
+    return rules.at_most(field, rules.positive_number(field, value), TOKENS_PER_PARAM_LIMIT,
+                         "Chinchilla-optimal is 20; use --tokens for a fixed budget")
+
+
+def _numbers(field: str, value: Any) -> list[float]:
+    """Positive numbers: a list, a number or a comma-separated string (budgets, branches)."""
+    return _plain(sweep.parse_numbers, field, value)
+
+
+def _sweep(field: str, value: Any) -> Any:
+    """A `[sweep]` table or `--sweep [family:]name=v,...` strings, parsed to check them (the
+    per-family tables are checked against the study's families when it expands)."""
+    families = set(value) & set(models.FAMILIES) if isinstance(value, dict) else set(models.FAMILIES)
+    _plain(sweep.parse_sweep, value, families)
+    return value
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One study setting: its key (TOML key and flag `--key`), its section and its rule."""
+
+    key: str
+    section: str
+    rule: Callable[[str, Any], Any]
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("name", "study", rules.name), Setting("preset", "study", _preset),
+    Setting("families", "study", _families), Setting("arms", "study", _arms), Setting("sizes", "study", _sizes),
+    Setting("seeds", "study", rules.positive_int), Setting("judge", "study", rules.text),
+    Setting("tokenizer", "data", rules.text), Setting("corpus", "data", rules.text),
+    Setting("text_field", "data", rules.text), Setting("eval_suite", "data", check_suite),
+    Setting("seq_len", "budget", lambda f, v: rules.at_least(f, v, 2)), Setting("tokens", "budget", rules.positive_int),
+    Setting("tokens_per_param", "budget", _positive_tokens_per_param),
+    Setting("max_tokens", "budget", rules.positive_int), Setting("max_steps", "budget", rules.positive_int),
+    Setting("batch_size", "budget", rules.positive_int), Setting("lr", "budget", rules.positive_number),
+    Setting("warmup_steps", "budget", rules.nonneg_int), Setting("warmup_tokens", "budget", rules.positive_int),
+    Setting("network", "network", _network), Setting("ema", "network", rules.rate),
+    Setting("run", "run", _run), Setting("resources", "resources", _resources),
+    Setting("tracking", "tracking", _tracking),
+    # plans along compute and sweeps (scaling.sweep): each reads its own rule there
+    Setting("sweep", "plans", _sweep), Setting("budgets", "plans", _numbers),
+    Setting("grid_points", "plans", rules.positive_int), Setting("grid_step", "plans", rules.positive_number),
+    Setting("optimum_seeds", "plans", rules.positive_int), Setting("optimum_span", "plans", rules.positive_int),
+    Setting("branches", "plans", _numbers), Setting("branch_decay", "plans", rules.positive_number),
+)
+assert {s.key for s in SETTINGS if s.section == "plans"} == set(sweep.AXIS_KEYS), "scaling.sweep's keys and SETTINGS disagree"
+BY_KEY = {setting.key: setting for setting in SETTINGS}
+SETTING_KEYS = tuple(BY_KEY)
+BUDGET_KEYS = tuple(f.name for f in fields(Budget))
+assert set(BUDGET_KEYS) == {s.key for s in SETTINGS if s.section == "budget"}, "Budget and SETTINGS disagree"
+# Settings that change results: giving one renames a preset's study `<preset>-<hash>`.
+RESULT_KEYS = tuple(s.key for s in SETTINGS if s.key not in ("name", "resources", "tracking", "judge"))
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """What every run reads and how it is scored."""
+
+    tokenizer: str
+    corpus: str
+    text_field: str = "text"
+    eval_suite: str = "quick"
+
+
+@dataclass(frozen=True)
+class NetworkSettings:
+    """The network every family trains on and the study's EMA rate (arms override explicitly)."""
+
+    network: Any = "gpt2"  # a name (`gpt2,pos=rope`) or a table of NETWORK_KEYS
+    ema: float = 0.0
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return network_options(self.network)
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """A study's settings, every value checked; `values` is the merged, canonical form."""
+
+    name: str
+    preset: str | None
+    renamed: bool  # flags or a file changed a preset's results: the name gets the study's hash
+    sizes: tuple[str, ...]
+    seeds: int
+    arms: tuple[Arm, ...]  # the preset's or file's, filtered by `families`, plus default arms
+    judge: str
+    data: DataSettings
+    budget: Budget
+    network: NetworkSettings
+    run: tuple[tuple[str, Any], ...]  # RunSpec overrides (weight decay, betas, ...)
+    resources: tuple[tuple[str, Any], ...]  # engine, ZeRO stage, cadence: never in the run id
+    tracking: tuple[tuple[str, Any], ...]
+    values: tuple[tuple[str, Any], ...]
+
+    @property
+    def planned_runs(self) -> int:
+        """Compared runs of the plan, counted before any is built: (sizes, or budgets x grid points)
+        x data ratios x seeds x arms x the study-wide sweep's combinations (an upper bound where a
+        sweep is per family or at one budget)."""
+        values = dict(self.values)
+        points = len(self.sizes)
+        if values.get("budgets") is not None:
+            points = len(values["budgets"]) * values.get("grid_points", sweep.DEFAULT_GRID_POINTS)
+        ratios = values.get("tokens_per_param")
+        points *= len(ratios) if isinstance(ratios, list) else 1
+        combos = 1
+        for axis in ({} if values.get("sweep") is None else
+                     dict(sweep.parse_sweep(values["sweep"], {a.family for a in self.arms}).common)).values():
+            combos *= len(axis)
+        return points * self.seeds * len(self.arms) * combos
+
+    def canonical(self) -> dict[str, Any]:
+        """study.json's `settings`: the merged values, arms as dicts."""
+        out = {k: v for k, v in self.values if k not in ("arms", "name", "preset", "families")}
+        out.update(arms=[arm.to_dict() for arm in self.arms], preset=self.preset,
+                   resources=dict(self.resources), sizes=list(self.sizes))
+        if self.tracking:
+            out["tracking"] = dict(self.tracking)
+        return out
+
+
+def check_layer(layer: dict[str, Any], where: str) -> dict[str, Any]:
+    """One layer's every key by its rule (unset flags, None, are skipped); unknown keys refused."""
+    out = {}
+    for key, value in layer.items():
+        if value is None:
+            continue
+        if key not in BY_KEY:
+            raise InputError(f"{where}: unknown key {key!r}; valid: {', '.join(SETTING_KEYS)}")
+        out[key] = BY_KEY[key].rule("" if where == "flags" and key in TABLES else key, value)
+    return out
+
+
+def load_settings(flags: dict[str, Any], toml: dict[str, Any] | None = None) -> StudySettings:
+    """The study's settings from its layers: base < preset < TOML < flags, each checked first."""
+    file, given = check_layer(toml or {}, "spec"), check_layer(flags, "flags")
+    user = {**file, **given}
+    preset = _choose_preset(user)
+    values = _merge([check_layer(preset_settings(preset), "preset") if preset else {}, file, given])
+    values["sizes"] = values.get("sizes") or tuple(base_for([])["sizes"])
+    values = _merge([base_for(list(values["sizes"])), values])
+    values["resources"] = _plain(ds_config.with_overlay, values.get("resources", {}))
+    if values.get("tracking"):
+        values["tracking"] = check_tracking(values["tracking"])
+    scalar = sweep.budget_settings(values)  # a list of tokens_per_param: each point sets its own
+    budget = Budget(**{k: scalar[k] for k in BUDGET_KEYS if k in scalar})
+    return StudySettings(
+        name=str(user.get("name") or preset or "study"), preset=preset,
+        renamed=not user.get("name") and any(k in user for k in RESULT_KEYS if k != "preset"),
+        sizes=tuple(values["sizes"]), seeds=values.get("seeds", 1), arms=tuple(_study_arms(values)),
+        judge=values.get("judge", "auto"),
+        data=DataSettings(values["tokenizer"], values["corpus"], values.get("text_field", "text"),
+                          values.get("eval_suite", "quick")),
+        budget=budget, network=NetworkSettings(values.get("network", "gpt2"), float(values.get("ema", 0.0))),
+        run=tuple(values.get("run", {}).items()), resources=tuple(values["resources"].items()),
+        tracking=tuple(values.get("tracking", {}).items()), values=tuple(sorted(values.items())))
+
+
+def _choose_preset(user: dict[str, Any]) -> str | None:
+    """The named preset; with no sizes, families or arms given at all, the quickstart."""
+    if user.get("preset"):
+        return user["preset"]
+    if any(user.get(key) for key in ("sizes", "families", "arms")):
+        return None
+    return "quickstart"
+
+
+def _merge(layers: list[dict[str, Any]]) -> dict[str, Any]:
+    """Later layers win key by key; the TABLES merge field by field."""
+    out: dict[str, Any] = {}
+    for layer in layers:
+        for key, value in layer.items():
+            if value is None:
+                continue
+            out[key] = {**out.get(key, {}), **value} if key in TABLES else value
+    return out
+
+
+def _study_arms(values: dict[str, Any]) -> list[Arm]:
+    """The preset's or file's arms, filtered by `families`; a family without an arm gets its default."""
+    arms = list(values.get("arms", ()))
+    families = values.get("families")
+    if families is None:
+        return arms or list(DEFAULT_ARMS.values())
+    kept = [arm for arm in arms if arm.family in families]
+    return kept + [default_arm(f) for f in families if all(a.family != f for a in arms)]

@@ -1,0 +1,249 @@
+"""Bad input by class: every field checked once (types, finiteness, ranges, enumerations, unknown
+keys, duplicates) at every level (flags, `--set`, TOML top level, `[run]`, `[resources]`,
+`[tracking]`, `[[arms]]`), names and paths, corpus rows, study.json documents and the plan-size
+guard. Each case exits 2 with one line naming the field, and leaves the working folder, the
+study, the token cache and the `datasets` cache (HF_HOME) exactly as they were. In-process through
+each CLI's `main(argv)`; a few real processes prove there is no traceback.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from analysis import fit_curves
+from jobs.eval import evaluate
+from jobs.eval import generate
+from jobs.train import loop as train
+from jobs.run.spec import RunSpec
+from scaling import launch, ledger, status
+from scaling.study import build_study
+from tests.test_bad_inputs import assert_refused, snapshot, write_records
+
+REPO = Path(__file__).resolve().parents[1]
+MAINS = {"train": train.main, "evaluate": evaluate.main, "generate": generate.main,
+         "launch": launch.main, "status": status.main, "fit_curves": fit_curves.main}
+TRAIN = ["--family", "ar", "--size", "0.1M", "--steps", "2", "--seq-len", "32", "--batch-size", "2"]
+LAUNCH = ["--families", "ar", "--sizes", "0.1M", "--seeds", "1", "--max-steps", "2", "--seq-len", "32",
+          "--no-progress", "--no-report"]
+LONG = "n" * 300  # longer than any file system's name limit (255 bytes)
+BASE = 'sizes = "0.1M"\nseeds = 1\nmax_steps = 2\nseq_len = 32\n'
+TOMLS = {  # file name -> text: each breaks one rule at one level of a study file
+    "beta1": BASE + 'families = "ar"\n[run]\nbeta1 = 1.5\n', "beta2_inf": BASE + 'families = "ar"\n[run]\nbeta2 = inf\n',
+    "clip_nan": BASE + 'families = "ar"\n[run]\ngrad_clip = nan\n',
+    "wd_neg": BASE + 'families = "ar"\n[run]\nweight_decay = -1\n',
+    "precision": BASE + 'families = "ar"\n[run]\nprecision = "fp4"\n',
+    "run_seed": BASE + 'families = "ar"\n[run]\nseed = 3\n',
+    "arm_family_int": BASE + "[[arms]]\nfamily = 7\n",
+    "arm_factors_str": BASE + '[[arms]]\nfamily = "aogpt"\nfactors = "x"\n',
+    "arm_unknown": BASE + '[[arms]]\nfamily = "aogpt"\ncolour = 1\n',
+    "arm_options_int": BASE + '[[arms]]\nfamily = "aogpt"\noptions = 3\n',
+    "arm_ema": BASE + '[[arms]]\nfamily = "aogpt"\nema = 1.5\n',
+    "arm_no_family": BASE + '[[arms]]\nlabel = "x"\n',
+    "arms_int": BASE + "arms = 3\n",
+    "tracking_str": BASE + 'families = "ar"\ntracking = "wandb"\n',
+    "tracking_mode": BASE + 'families = "ar"\n[tracking]\nmode = "sideways"\n',
+    "tracking_unknown": BASE + 'families = "ar"\n[tracking]\ncolour = "red"\n',
+    "log_every": BASE + 'families = "ar"\n[resources]\nlog_every = 0\n',
+    "engine_int": BASE + 'families = "ar"\n[resources]\nengine = 3\n',
+    "suite_int": BASE + 'families = "ar"\neval_suite = 5\n',
+    "name_up": BASE + 'families = "ar"\nname = "../up"\n',
+    "seeds_bool": BASE.replace("seeds = 1", "seeds = true") + 'families = "ar"\n',
+    "seeds_float": BASE.replace("seeds = 1", "seeds = 2.0") + 'families = "ar"\n',
+    "sizes_twice": BASE.replace('sizes = "0.1M"', 'sizes = ["0.1M", "0.1M"]') + 'families = "ar"\n',
+    "network_int": BASE + 'families = "ar"\nnetwork = 5\n',
+    "judge_int": BASE + 'families = "ar"\njudge = 3\n',
+    "text_field_empty": BASE + 'families = "ar"\ntext_field = ""\n',
+    "tpp_inf": BASE + 'families = "ar"\ntokens_per_param = inf\n',
+}
+JSONL = {  # corpus file -> its lines; every one but a single line is a valid record
+    "int": ['{"text": 12345}'], "null": ['{"text": null}'], "object": ['{"text": {"a": 1}}'],
+    "no_field": ['{"body": "x"}'], "list": ["[1, 2]"], "bad_line": ['{"text": "x"'], "bool": ['{"text": true}'],
+}
+
+
+def _corpora(root: Path) -> None:
+    corpora = root / "corpora"
+    corpora.mkdir()
+    good = [json.dumps({"text": "to be or not to be " * 8})] * 40
+    for name, bad in JSONL.items():
+        (corpora / f"{name}.jsonl").write_text("\n".join(good[:20] + bad + good[20:]) + "\n")
+    with open(corpora / "big.jsonl", "w") as handle:  # 18 MB: above the in-memory check's size
+        handle.writelines(json.dumps({"text": "word " * 60}) + "\n" for _ in range(58_000))
+        handle.write('{"text": 12345}\n')
+    pl.DataFrame({"text": [1, 2, 3]}).write_parquet(corpora / "int.parquet")
+    pl.DataFrame({"text": ["a" * 50, None, "b" * 50]}).write_parquet(corpora / "null.parquet")
+
+
+def _studies(root: Path) -> None:
+    study = build_study({"families": "ar", "sizes": "0.1M", "seeds": 1, "max_steps": 2, "seq_len": 32})
+    ledger.prepare(root / "study", study)
+    documents = {"st_list": "[]", "st_str": '"hello"', "st_no_order": '{"name": "n"}',
+                 "st_no_row": json.dumps({"format": 2, "hash": "h", "name": "n", "order": ["abc"], "runs": {}})}
+    for name, text in documents.items():
+        (root / name).mkdir()
+        (root / name / "study.json").write_text(text)
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory):
+    """A trained run, a study, corpora, study files, symlinks; the caches are private folders."""
+    root, cache, hf = (tmp_path_factory.mktemp(name) for name in ("ws", "cache", "hf"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AOSCALE_CACHE", str(cache))
+        mp.setenv("HF_HOME", str(hf))
+        mp.setenv("HF_DATASETS_OFFLINE", "1")
+        datasets = pytest.importorskip("datasets")
+        mp.setattr(datasets.config, "HF_DATASETS_CACHE", hf / "datasets")  # read by every load
+        mp.chdir(root)
+        spec = RunSpec(family="ar", size="0.1M", steps=2, lr=1e-3, warmup_steps=0, seq_len=32, batch_size=2,
+                       eval_batches=1, log_every=1)
+        assert train.train(root / "ar", spec, handle_signals=False) == "done"
+        _studies(root)
+        _corpora(root)
+        for name, text in TOMLS.items():
+            (root / f"{name}.toml").write_text(text)
+        (root / "loop").symlink_to("loop2")
+        (root / "loop2").symlink_to("loop")
+        (root / "dangling").symlink_to("nowhere")
+        (root / "records").mkdir()
+        write_records(root / "records" / "good.parquet")
+        yield root, cache, hf
+
+
+def C(cli: str, argv: list[str], field: str):
+    return pytest.param(cli, argv, field, id=f"{cli}:{' '.join(argv)[-60:]!r}")
+
+
+def L(extra: list[str], field: str):
+    return C("launch", [*LAUNCH, "--study-dir", "new_study", *extra], field)
+
+
+def S(toml: str, field: str):
+    return C("launch", ["--spec", f"{toml}.toml", "--study-dir", "new_study", "--no-progress"], field)
+
+
+def T(extra: list[str], field: str, run_dir: str = "new_run"):
+    return C("train", ["--run-dir", run_dir, *TRAIN, *extra], field)
+
+
+def D(study_dir: str, field: str = "study-dir"):
+    return C("launch", [*LAUNCH, "--study-dir", study_dir], field)
+
+
+FIELDS = [  # types, finiteness, ranges and enumerations, from flags, --set and every TOML level
+    L(["--tokens-per-param", "1e308"], "tokens_per_param"), L(["--tokens-per-param", "-3"], "tokens_per_param"),
+    L(["--eval-suite", "quick:"], "eval_suite"), L(["--eval-suite", "cpu:,"], "eval_suite"),
+    L(["--eval-suite", "giant"], "eval_suite"), L(["--ema", "0.99999999999999999"], "ema"),
+    S("beta1", "run.beta1"), S("beta2_inf", "run.beta2"), S("clip_nan", "run.grad_clip"),
+    S("wd_neg", "run.weight_decay"), S("precision", "run.precision"), S("engine_int", "resources.engine"),
+    S("log_every", "resources.log_every"), S("suite_int", "eval_suite"), S("seeds_bool", "seeds"),
+    S("seeds_float", "seeds"), S("network_int", "network"), S("judge_int", "judge"),
+    S("text_field_empty", "text_field"), S("tpp_inf", "tokens_per_param"), S("arm_ema", "arms[0].ema"),
+    S("arm_family_int", "arms[0].family"), S("arm_factors_str", "arms[0].factors"),
+    S("arm_options_int", "arms[0].options"), S("arms_int", "arms"), S("tracking_str", "tracking"),
+    S("tracking_mode", "tracking.mode"),
+    T(["--set", "beta1=1.5"], "beta1"), T(["--set", "beta2=Infinity"], "beta2"), T(["--set", "grad_clip=NaN"], "grad_clip"),
+    T(["--set", "weight_decay=-1"], "weight_decay"), T(["--set", "lr=-Infinity"], "lr"),
+    T(["--set", "min_lr_ratio=NaN"], "min_lr_ratio"), T(["--set", "eval_suite=huge"], "eval_suite"),
+    T(["--set", 'eval_suite="quick:"'], "eval_suite"), T(["--set", "role=boss"], "role"),
+    T(["--set", "compile=maybe"], "compile"), T(["--set", "tracking.mode=sideways"], "tracking.mode"),
+    T(["--set", "tracking.wandb=maybe"], "tracking.wandb"),
+    C("generate", ["--run-dir", "ar", "--n-samples", "2", "--seed", "-1"], "--seed"),
+    C("generate", ["--run-dir", "ar", "--n-samples", "2", "--seed", str(2**63)], "--seed"),
+    C("evaluate", ["--run-dir", "ar", "--suite", "quick:"], "--suite"),
+    C("evaluate", ["--run-dir", "ar", "--suite", "cpu:,"], "--suite"),
+]
+UNKNOWN = [  # a key that is unknown or of the wrong kind is refused, never dropped
+    T(["--set", 'model_options={"x":1}'], "model_options"), T(["--set", 'tracking={"mode":"x"}'], "tracking"),
+    T(["--set", "tracking.colour=1"], "tracking.colour"), S("arm_unknown", "arms[0].colour"),
+    S("arm_no_family", "arms[0]"), S("tracking_unknown", "tracking.colour"), S("run_seed", "run.seed"),
+]
+DUPLICATES = [  # named as the user wrote them
+    L(["--sizes", "0.1M,0.3M,0.1M"], "sizes: 0.1M given twice"), L(["--families", "ar,mdm,ar"], "families: ar given twice"),
+    L(["--families", "ar,,ar"], "families: ar given twice"), S("sizes_twice", "sizes: 0.1M given twice"),
+]
+BEFORE_TRAINING = [  # refused before any run trains or the study is written
+    L(["--bootstrap", "5"], "--bootstrap"), L(["--bootstrap", "0"], "--bootstrap"),
+    C("launch", ["--spec", "beta1.toml", "--study-dir", "new_study", "--no-progress", "--no-report"], "run.beta1"),
+]
+PLAN_SIZE = [
+    L(["--seeds", "200000"], "max-runs"), L(["--seeds", "3", "--max-runs", "2"], "max-runs"),
+    L(["--max-runs", "0"], "--max-runs"),
+]
+NAMES_AND_PATHS = [
+    L(["--name", "../escaped_study"], "name"), L(["--name", "a/b"], "name"), L(["--name", "a\nb"], "name"),
+    L(["--name", LONG], "name"), L(["--name", "a\0b"], "name"), L(["--name", ".hidden"], "name"),
+    L(["--name", "two words"], "name"), S("name_up", "name"),
+    D("study/runs/nested"), D("ar/nested"), D("ar"), D("loop"), D("dangling"), D(LONG), D(f"ok/{'y' * 256}"),
+    T([], "--run-dir", run_dir=""), T([], "--run-dir", run_dir="loop"), T([], "--run-dir", run_dir="dangling"),
+    T([], "--run-dir", run_dir=LONG), T([], "--run-dir", run_dir="ar/inner"),
+    T([], "--run-dir", run_dir="study/elsewhere"),
+    C("evaluate", ["--run-dir", "loop"], "--run-dir"), C("generate", ["--run-dir", "dangling"], "--run-dir"),
+    C("fit_curves", ["loop"], "paths"), C("fit_curves", ["dangling"], "paths"),
+    C("fit_curves", ["records/good.parquet", "--out", "loop"], "--out"),
+    C("fit_curves", ["records/good.parquet", "--out", LONG], "--out"),
+    C("status", ["st_list"], "study-dir"), C("status", ["st_str"], "study-dir"),
+    C("status", ["st_no_order"], "study-dir"), C("status", ["st_no_row"], "study-dir"),
+    D("st_list"), C("status", ["loop"], "study"),
+]
+DATA = [C("train", ["--run-dir", "new_run", *TRAIN, "--corpus", f"corpora/{name}.jsonl"], f"corpora/{name}.jsonl line 21")
+        for name in JSONL] + [
+    L(["--corpus", "corpora/null.jsonl"], "null.jsonl line 21: \"text\" is null"),
+    L(["--corpus", "corpora/int.parquet"], "int.parquet row 0: \"text\""),
+    L(["--corpus", "corpora/null.parquet"], "null.parquet row 1: \"text\" is null"),
+    L(["--corpus", "corpora/big.jsonl"], "big.jsonl line 58001"),
+    T(["--corpus", "corpora/big.jsonl"], "big.jsonl line 58001"),
+]
+CLASSES = {"fields": FIELDS, "unknown keys": UNKNOWN, "duplicates": DUPLICATES, "before training": BEFORE_TRAINING,
+           "plan size": PLAN_SIZE, "names and paths": NAMES_AND_PATHS, "data": DATA}
+CASES = [case for cases in CLASSES.values() for case in cases]
+
+
+def test_every_class_holds_distinct_cases():
+    keys = [(case.values[0], tuple(case.values[1])) for case in CASES]
+    assert len(set(keys)) == len(keys) and all(len(cases) >= 3 for cases in CLASSES.values())
+
+
+@pytest.mark.parametrize("cli, argv, field", CASES)
+def test_bad_input_class_exits_2_with_one_line_naming_the_field_and_writes_nothing(ws, cli, argv, field, capsys):
+    assert_refused(MAINS[cli], argv, field, ws, capsys)
+
+
+def test_a_valid_dry_run_of_a_local_corpus_writes_nothing_anywhere(ws, capsys):
+    """`datasets` is opened to check the corpus, but neither HF_HOME nor aoscale's cache changes."""
+    root, cache, hf = ws
+    good = root / "good.jsonl"
+    good.write_text("".join(json.dumps({"text": "hello world " * 30}) + "\n" for _ in range(400)))
+    before = snapshot(root, cache, hf)
+    assert launch.main([*LAUNCH, "--corpus", str(good), "--study-dir", "new_study", "--dry-run"]) == 0
+    assert snapshot(root, cache, hf) == before
+    good.unlink()
+
+
+REAL = [  # (module, argv): cases that once ended in a traceback
+    ("scaling.launch", [*LAUNCH, "--tokens-per-param", "1e308", "--dry-run"]),
+    ("scaling.launch", [*LAUNCH, "--name", LONG, "--dry-run"]),
+    ("scaling.launch", [*LAUNCH, "--study-dir", "loop", "--dry-run"]),
+    ("jobs.train", ["--run-dir", "r", *TRAIN, "--corpus", "int.jsonl"]),
+]
+
+
+def test_real_processes_exit_2_without_a_traceback(tmp_path):
+    (tmp_path / "loop").symlink_to("loop")
+    (tmp_path / "int.jsonl").write_text('{"text": "fine"}\n{"text": 12345}\n')
+    before = sorted(p.name for p in tmp_path.iterdir())
+    env = {**os.environ, "PYTHONPATH": str(REPO), "AOSCALE_CACHE": str(tmp_path / "cache"),
+           "HF_HOME": str(tmp_path / "hf")}
+    procs = [subprocess.Popen([sys.executable, "-m", module, *argv], cwd=tmp_path, env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for module, argv in REAL]
+    for proc, (module, argv) in zip(procs, REAL):
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 2 and "Traceback" not in err, (module, argv[-3:], err)
+        assert len(err.strip().splitlines()) == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
