@@ -18,11 +18,11 @@ import polars as pl
 
 from cli import Parser, int_arg, parse, run_main
 
-from analysis import DEFAULT_BOOTSTRAP, ablations, fairness, figures, io, sections, summary
+from analysis import DEFAULT_BOOTSTRAP, ablations, distinct, fairness, figures, io, sections, summary
 from analysis.cells import CELL_KEYS, build_cells, latest
 from analysis.ensemble import ensemble_studies
 from analysis.fits import CurveFit, fit_cell
-from analysis.gap import REFERENCE_FAMILY, compute_gaps, matched_family_gaps
+from analysis.gap import COMPARED_METRICS, REFERENCE_FAMILY, REFERENCE_METRIC, compute_gaps, matched_family_gaps
 from analysis.records import Inputs, RecordsError, load
 from analysis.report import to_html, to_markdown
 
@@ -68,11 +68,29 @@ def _fitted(final: pl.DataFrame, x: str, bootstrap: int, seed: int, flags: dict)
     return cells, fits
 
 
-def _matched(final: pl.DataFrame, bootstrap: int, seed: int, flags: dict) -> tuple:
+K_AXES = ("n_params", "n_params_family", "flops")  # the multiplier k is reported on each
+
+
+def _axis_fits(final: pl.DataFrame, x: str, bootstrap: int, seed: int, flags: dict) -> dict[str, dict]:
+    """Fits of the gap's cells (AR's nll_l2r, the others' compared metrics) on the other k axes."""
+    out = {}
+    for axis in K_AXES:
+        if axis == x:
+            continue
+        cells = [c for c in build_cells(final.filter(~pl.col("metric").is_in(fairness.NOT_FITTED)), axis)
+                 if c.key[5] is None and (c.key[2] == REFERENCE_METRIC if c.key[0] == REFERENCE_FAMILY
+                                          else c.key[2] in COMPARED_METRICS)]
+        out[axis] = {c.key: fairness.flag_fit(fit_cell(c, x=axis, resamples=bootstrap, seed=seed), c.points, flags)
+                     for c in cells}
+    return out
+
+
+def _matched(final: pl.DataFrame, bootstrap: int, seed: int, flags: dict, family_fits: dict | None = None) -> tuple:
     """Δ at matched family parameters, from AR's fits on x = n_params_family (only those are fitted)."""
     cells = build_cells(final.filter(~pl.col("metric").is_in(fairness.NOT_FITTED)), "n_params_family")
-    fits = {c.key: fairness.flag_fit(fit_cell(c, x="n_params_family", resamples=bootstrap, seed=seed), c.points, flags)
-            for c in cells if c.key[0] == REFERENCE_FAMILY}
+    fits = family_fits if family_fits is not None else {
+        c.key: fairness.flag_fit(fit_cell(c, x="n_params_family", resamples=bootstrap, seed=seed), c.points, flags)
+        for c in cells if c.key[0] == REFERENCE_FAMILY}
     points = matched_family_gaps(cells, fits, bootstrap, seed)
     out = []
     for pt in points:
@@ -146,9 +164,12 @@ def _analyse_one(inputs: Inputs, bootstrap: int, x: str, seed: int) -> Analysis:
     notes += weight_notes + latest_notes
     plateau = fairness.plateau_table(final)
     flags = fairness.flagged(plateau)
-    cells, fits = _fitted(final, x, bootstrap, seed, flags)
+    fit_input, distinct_notes = distinct.fitted_records(final)
+    notes += distinct_notes
+    cells, fits = _fitted(fit_input, x, bootstrap, seed, flags)
     by_key = {c.key: f for c, f in zip(cells, fits)}
-    gaps, gap_notes = compute_gaps(cells, by_key, bootstrap, seed)
+    axis_fits = _axis_fits(fit_input, x, bootstrap, seed, flags)
+    gaps, gap_notes = compute_gaps(cells, by_key, bootstrap, seed, x=x, axis_fits=axis_fits)
     gaps = [fairness.flag_gap(g, flags) for g in gaps]
     notes += [f"run without eval.parquet: {r}" for r in inputs.missing_runs] + list(inputs.notes)
     if plateau.is_empty():
@@ -162,7 +183,7 @@ def _analyse_one(inputs: Inputs, bootstrap: int, x: str, seed: int) -> Analysis:
                     ablations.variant_table(final), ablations.option_tables(final, inputs.options),
                     ablations.factorial_table(final), weights, plateau,
                     fairness.ema_effect(fairness.compared_only(inputs.records)[0]),
-                    _matched(final, bootstrap, seed, flags), final)
+                    _matched(final, bootstrap, seed, flags, axis_fits.get("n_params_family", by_key if x == "n_params_family" else None)), final)
 
 
 def fits_json(a: Analysis) -> str:
@@ -186,8 +207,7 @@ def _gap_json(g) -> dict:
             "reference": g.reference, "trend": g.trend.to_dict(), "multiplier_reason": g.multiplier_reason,
             "points": [{"size": p.size, "x": p.x, "paired": p.paired, "n_family": p.n_family,
                         "n_reference": p.n_reference, "plateau": p.plateau, **p.delta.to_dict()} for p in g.points],
-            "multipliers": [{"x": m.x, "k": _finite(m.k), "ci95": [_finite(m.lo), _finite(m.hi)],
-                             "unreached": m.unreached} for m in g.multipliers]}
+            "multipliers": [m.to_json() for m in g.multipliers]}
 
 
 def _finite(v: float) -> float | None:
