@@ -14,6 +14,9 @@ number can be traced to how it was measured:
   eval_seed      the seed all evaluation randomness derives from
   device         where the model ran: cpu, or cuda (<GPU name>) (jobs.device.placement)
   precision      fp32, or bf16 (autocast, where the run trained with it)
+  n_layer        the core's depth (the summary states depth changes between rungs)
+Per-token units are exact: under the `bytes` tokenizer a token is a byte, so a `nats/token`
+value is written as `nats/byte` (`run_context` carries the run's token unit to `record`).
 `se` is the Monte-Carlo standard error given the evaluated sequences (null for exact values);
 for fractions (lambada_acc, infill_em) it is the binomial standard error over items.
 """
@@ -26,6 +29,7 @@ from typing import Any
 import polars as pl
 
 from jobs.runfiles import atomic_write_bytes
+from models.ladder import get_shape
 
 EVAL_FILE = "eval.parquet"
 FACTOR_PREFIX = "factor_"  # optional columns: a run's level of each factor of a factorial design
@@ -41,10 +45,12 @@ EXTRA_SCHEMA: dict[str, pl.DataType] = {
     "estimator": pl.String, "k_mc": pl.Int64, "n_targets": pl.Int64, "steps": pl.Int64,
     "tokens_per_step": pl.Int64, "evaluator": pl.String, "weights": pl.String,
     "chunking": pl.String, "eval_seed": pl.Int64, "role": pl.String, "device": pl.String,
-    "precision": pl.String,
+    "precision": pl.String, "n_layer": pl.Int64,
 }
 SCHEMA = {**CONTRACT_SCHEMA, **EXTRA_SCHEMA}
-UNITS = ("nats/token", "bits/byte", "ppl", "s", "fraction")
+UNITS = ("nats/token", "nats/byte", "bits/byte", "ppl", "s", "fraction")
+TOKEN_UNIT = "_token_unit"  # context key (not a column): what one token is under the run's tokenizer
+BYTE_TOKENIZERS = ("bytes",)
 # A new evaluation replaces earlier rows with the same key (latest setting wins per estimator).
 REPLACE_KEY = ("dataset", "split", "metric", "estimator", "weights")
 
@@ -60,7 +66,8 @@ def run_context(spec, counts: dict[str, int], flops_per_token: int, step: int, w
         "study": spec.study, "run_id": spec.run_id, "family": spec.family, "variant": spec.variant,
         "size": spec.size, "n_params": int(counts["core"]), "n_params_family": int(counts["family_non_embedding"]),
         "tokens": tokens, "flops": float(flops_per_token) * tokens, "seed": spec.seed, "step": int(step),
-        "weights": weights, "role": spec.role, **factor_columns(spec),
+        "weights": weights, "role": spec.role, "n_layer": get_shape(spec.size).n_layer, **factor_columns(spec),
+        TOKEN_UNIT: "nats/byte" if spec.tokenizer in BYTE_TOKENIZERS else "nats/token",
     }
 
 
@@ -77,6 +84,8 @@ def record(context: dict[str, Any], *, dataset: str, split: str, metric: str, va
         raise ValueError(f"record: unknown column(s) {unknown}; valid extras: {sorted(EXTRA_SCHEMA)}")
     if unit not in UNITS:
         raise ValueError(f"record: unit {unit!r} must be one of {UNITS}")
+    if unit == "nats/token":
+        unit = context.get(TOKEN_UNIT, unit)
     return {**context, "dataset": dataset, "split": split, "metric": metric, "value": float(value),
             "se": None if se is None else float(se), "n_samples": int(n_samples), "m": m, "unit": unit,
             **extra}
