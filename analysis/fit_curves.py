@@ -279,7 +279,8 @@ def report_blocks(a: Analysis, figure_blocks: list) -> list:
 
 def tables(a: Analysis) -> dict[str, pl.DataFrame]:
     """The tables written under tables/."""
-    fit_rows = [{**{k: f.labels.get(k) for k in ("study", *CELL_KEYS)}, "status": f.status, "reason": f.reason,
+    fit_rows = [{**{k: f.labels.get(k) for k in ("study", *CELL_KEYS)}, "status": f.status, "form": f.form,
+                 "df_resid": f.diagnostics.get("df_resid"), "reason": f.reason,
                  "n_points": f.n_points, "n_seeds_min": f.n_seeds_min,
                  **{f"{n}{s}": v for n, prm in f.params.items() for s, v in (("", prm.value), ("_lo", prm.ci95[0]), ("_hi", prm.ci95[1]))}}
                 for f in a.fits]
@@ -287,8 +288,14 @@ def tables(a: Analysis) -> dict[str, pl.DataFrame]:
     gap_rows = [{"study": study, "family": g.family, "variant": g.variant, "metric": g.metric, "dataset": g.dataset, "split": g.split,
                  "reference": g.reference, "size": pt.size, "x": pt.x, "paired": pt.paired, **pt.delta.to_dict()}
                 for g, study in zip(a.gaps, studies) for pt in g.points]
+    mult_rows = [{"study": study, "family": g.family, "variant": g.variant, "metric": g.metric, "dataset": g.dataset,
+                  "split": g.split, **m.to_json(), "lo": m.to_json()["ci95"][0], "hi": m.to_json()["ci95"][1]}
+                 for g, study in zip(a.gaps, studies) for m in g.multipliers]
     out = {"fits": pl.DataFrame(fit_rows, infer_schema_length=None), "points": a.variants,
            "gap": pl.DataFrame(gap_rows, infer_schema_length=None)}
+    if mult_rows:
+        out["multipliers"] = pl.DataFrame([{k: v for k, v in r.items() if k != "ci95"} for r in mult_rows],
+                                          infer_schema_length=None)
     out.update({f"option_{_safe(k)}": v for k, v in a.options.items()})
     for name, frame in (("plateau", a.plateau), ("ema_effect", a.ema)):
         if frame is not None and not frame.is_empty():
