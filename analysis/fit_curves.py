@@ -232,15 +232,16 @@ def make_figures(a: Analysis) -> list:
     for (_, metric, m, dataset, split), cells in sorted(groups.items(), key=lambda kv: first(kv[0])):
         title = f"{metric} {dataset}/{split}" + (f" M={m}" if m is not None else "")
         size_blocks.append(sections.fig(f"loss_vs_size_{_safe(metric, dataset, split, m)}.png",
-                                        figures.loss_vs_size(cells, by_key, title, a.x),
+                                        figures.loss_vs_size(cells, by_key, title, a.x, _ylabel(a, metric)),
                                         f"{title} vs {a.x} (95% t-intervals; fitted curves with 95% bootstrap bands)"))
     blocks = size_blocks[:1] + _flops_figure(a, primary)
     for (dataset, split) in sorted({(g.dataset, g.split) for g in a.gaps}, key=first):
         sel = [g for g in a.gaps if (g.dataset, g.split) == (dataset, split)]
-        blocks.append(sections.fig(f"gap_vs_size_{_safe(dataset, split)}.png", figures.gap_vs_size(sel, f"gap {dataset}/{split}", a.x),
+        blocks.append(sections.fig(f"gap_vs_size_{_safe(dataset, split)}.png",
+                                   figures.gap_vs_size(sel, f"gap {dataset}/{split}", a.x, summary.token_unit(a.final)),
                                    f"Δ vs {a.x} on {dataset}/{split} (95% interval bands)"))
     for s in sorted(a.ensembles, key=lambda s: first((s.dataset, s.split))):
-        blocks.append(sections.fig(f"nll_vs_m_{_safe(s.family, s.variant, s.dataset, s.split)}.png", figures.nll_vs_m(s),
+        blocks.append(sections.fig(f"nll_vs_m_{_safe(s.family, s.variant, s.dataset, s.split)}.png", figures.nll_vs_m(s, summary.token_unit(a.final)),
                                    f"nll_ensemble vs M per size: {s.family}/{s.variant} {s.dataset}/{s.split} (95% t-interval bands)"))
     blocks += size_blocks[1:]
     curves = a.inputs.curves
@@ -250,13 +251,20 @@ def make_figures(a: Analysis) -> list:
     return blocks
 
 
+def _ylabel(a: Analysis, metric: str) -> str:
+    """`metric (unit)`: the records' unit, per-token units made exact (nats/byte for bytes)."""
+    units = a.final.filter(pl.col("metric") == metric)["unit"].unique().to_list()
+    unit = units[0] if len(units) == 1 else "/".join(sorted(units)) or "?"
+    return f"{metric} ({summary.token_unit(a.final) if unit == 'nats/token' else unit})"
+
+
 def _flops_figure(a: Analysis, primary: tuple[str, str]) -> list:
     """Loss vs training FLOPs of every family's nll_l2r on the summary's dataset/split."""
     cells = [c for c in build_cells(a.final, "flops") if c.key[2] == "nll_l2r" and tuple(c.key[3:5]) == primary]
     if not cells:
         return []
     title = f"nll_l2r {primary[0]}/{primary[1]} vs training FLOPs"
-    return [sections.fig(f"loss_vs_flops_{_safe(*primary)}.png", figures.loss_vs_flops(cells, title),
+    return [sections.fig(f"loss_vs_flops_{_safe(*primary)}.png", figures.loss_vs_flops(cells, title, _ylabel(a, "nll_l2r")),
                          f"{title}, all families (95% t-interval bands over seeds)")]
 
 
