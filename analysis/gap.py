@@ -12,7 +12,15 @@ import numpy as np
 from analysis.cells import Cell, Point
 from analysis.fits import MIN_SEEDS, CurveFit, predict
 from analysis.multiplier import Multiplier, multipliers
-from analysis.stats import SeedSummary, Trend, bootstrap_means, percentile_ci, summarise, trend, welch
+from analysis.stats import (
+    SeedSummary,
+    Trend,
+    bootstrap_means,
+    percentile_ci,
+    summarise,
+    trend,
+    welch,
+)
 
 REFERENCE_FAMILY, REFERENCE_METRIC = "ar", "nll_l2r"
 COMPARED_METRICS = ("nll_anyorder", "nll_l2r")  # each non-AR family is compared under both

@@ -126,7 +126,7 @@ class PowerFit:
                 "lack_of_fit": None if sc is None else {"F": num(sc.lof_f), "p": num(sc.lof_p),
                                                         "df": [self.df_resid, self.df_pure]},
                 "e_test": None if self.e_test is None else {"F": num(self.e_test[0]), "p": num(self.e_test[1])},
-                "resamples": 0 if self.samples is None else int(len(self.samples)),
+                "resamples": 0 if self.samples is None else len(self.samples),
                 "resamples_at_bound": self.at_bound, "form_rule": FORM_RULE}
 
 
@@ -174,7 +174,7 @@ def fit_power_law(x, values: list[np.ndarray], *, resamples: int, seed: int, key
     if k >= 3:
         th, v = powerlaw.solve(d.lx, d.ybar, d.n)
         theta, ss_full = th[0], float(v[0])
-    ab, ss_pure, _ = _pure_fit(d)
+    _, ss_pure, _ = _pure_fit(d)
     if k - 3 >= 1:
         sc = scale(ss_full, k - 3, d)
         f = (ss_pure - ss_full) / sc.s2 if sc.s2 > 0 else (math.inf if ss_pure > ss_full else 0.0)

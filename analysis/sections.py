@@ -5,8 +5,8 @@ import polars as pl
 
 from analysis.ablations import option_title, seed_table
 from analysis.fits import CurveFit
-from analysis.scalefit import FORM_RULE
 from analysis.report import Block, interval, num
+from analysis.scalefit import FORM_RULE
 
 
 def h(text: str, level: int = 2) -> Block:
