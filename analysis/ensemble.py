@@ -68,7 +68,7 @@ def _study(key: tuple, group: pl.DataFrame, resamples: int, seed: int) -> Ensemb
         labels = {"family": family, "variant": variant, "metric": METRIC, "dataset": dataset,
                   "split": split, "m": None, "size": size}
         fits.append(fit_points(tuple(points), labels=labels, x="m", form="NLL(M) = c + b*M^-gamma",
-                               names=ENSEMBLE_NAMES, resamples=resamples, seed=seed))
+                               names=ENSEMBLE_NAMES, resamples=resamples, seed=seed, reducible=False))
         gain = _gain(points, size, x_size)
         if gain is not None:
             gains.append(gain)

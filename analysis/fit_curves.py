@@ -19,15 +19,15 @@ import polars as pl
 from cli import Parser, int_arg, parse, run_main
 from cli.paths import user_path
 
-from analysis import (DEFAULT_BOOTSTRAP, MIN_BOOTSTRAP, ablations, atomic, fairness, figures, frontier_figures, io,
-                      sections, summary)
-from analysis.data_ledger import repetition_notes
-from analysis.selection import select
+from analysis import (DEFAULT_BOOTSTRAP, MIN_BOOTSTRAP, ablations, atomic, distinct, evalnoise, fairness, figures,
+                      frontier_figures, io, sections, summary)
 from analysis.cells import CELL_KEYS, build_cells, latest
+from analysis.data_ledger import repetition_notes
 from analysis.ensemble import ensemble_studies
 from analysis.fits import CurveFit, fit_cell
-from analysis import evalnoise
-from analysis.gap import REFERENCE_FAMILY, compute_gaps, matched_family_gaps, with_eval_noise
+from analysis.gap import (COMPARED_METRICS, REFERENCE_FAMILY, REFERENCE_METRIC, compute_gaps, matched_family_gaps,
+                          with_eval_noise)
+from analysis.selection import select
 from analysis.records import Inputs, RecordsError, load
 from analysis.report import to_html, to_markdown
 
@@ -74,11 +74,29 @@ def _fitted(final: pl.DataFrame, x: str, bootstrap: int, seed: int, flags: dict)
     return cells, fits
 
 
-def _matched(final: pl.DataFrame, bootstrap: int, seed: int, flags: dict) -> tuple:
+K_AXES = ("n_params", "n_params_family", "flops")  # the multiplier k is reported on each
+
+
+def _axis_fits(final: pl.DataFrame, x: str, bootstrap: int, seed: int, flags: dict) -> dict[str, dict]:
+    """Fits of the gap's cells (AR's nll_l2r, the others' compared metrics) on the other k axes."""
+    out = {}
+    for axis in K_AXES:
+        if axis == x:
+            continue
+        cells = [c for c in build_cells(final.filter(~pl.col("metric").is_in(fairness.NOT_FITTED)), axis)
+                 if c.key[5] is None and (c.key[2] == REFERENCE_METRIC if c.key[0] == REFERENCE_FAMILY
+                                          else c.key[2] in COMPARED_METRICS)]
+        out[axis] = {c.key: fairness.flag_fit(fit_cell(c, x=axis, resamples=bootstrap, seed=seed), c.points, flags)
+                     for c in cells}
+    return out
+
+
+def _matched(final: pl.DataFrame, bootstrap: int, seed: int, flags: dict, family_fits: dict | None = None) -> tuple:
     """Δ at matched family parameters, from AR's fits on x = n_params_family (only those are fitted)."""
     cells = build_cells(final.filter(~pl.col("metric").is_in(fairness.NOT_FITTED)), "n_params_family")
-    fits = {c.key: fairness.flag_fit(fit_cell(c, x="n_params_family", resamples=bootstrap, seed=seed), c.points, flags)
-            for c in cells if c.key[0] == REFERENCE_FAMILY}
+    fits = family_fits if family_fits is not None else {
+        c.key: fairness.flag_fit(fit_cell(c, x="n_params_family", resamples=bootstrap, seed=seed), c.points, flags)
+        for c in cells if c.key[0] == REFERENCE_FAMILY}
     points = matched_family_gaps(cells, fits, bootstrap, seed)
     out = []
     for pt in points:
@@ -155,9 +173,12 @@ def _analyse_one(inputs: Inputs, bootstrap: int, x: str, seed: int) -> Analysis:
     notes += weight_notes + latest_notes + repetition_notes(final)
     plateau = fairness.plateau_table(final)
     flags = fairness.flagged(plateau)
-    cells, fits = _fitted(final, x, bootstrap, seed, flags)
+    fit_input, distinct_notes = distinct.fitted_records(final)
+    notes += distinct_notes
+    cells, fits = _fitted(fit_input, x, bootstrap, seed, flags)
     by_key = {c.key: f for c, f in zip(cells, fits)}
-    gaps, gap_notes = compute_gaps(cells, by_key, bootstrap, seed)
+    axis_fits = _axis_fits(fit_input, x, bootstrap, seed, flags)
+    gaps, gap_notes = compute_gaps(cells, by_key, bootstrap, seed, x=x, axis_fits=axis_fits)
     gaps = with_eval_noise(gaps, final, evalnoise.read_windows(inputs.sources))
     gaps = [fairness.flag_gap(g, flags) for g in gaps if g.points]  # isoFLOP grids may share no size with AR
     notes += [f"run without eval.parquet: {r}" for r in inputs.missing_runs] + list(inputs.notes)
@@ -172,7 +193,9 @@ def _analyse_one(inputs: Inputs, bootstrap: int, x: str, seed: int) -> Analysis:
                     ablations.variant_table(final), ablations.option_tables(final, inputs.options),
                     ablations.factorial_table(final), weights, plateau,
                     fairness.ema_effect(fairness.compared_only(inputs.records)[0]),
-                    _matched(final, bootstrap, seed, flags), final, selection=chosen)
+                    _matched(final, bootstrap, seed, flags,
+                             axis_fits.get("n_params_family", by_key if x == "n_params_family" else None)),
+                    final, selection=chosen)
 
 
 def fits_json(a: Analysis, extra: dict | None = None) -> str:
@@ -198,8 +221,7 @@ def _gap_json(g) -> dict:
             "points": [{"size": p.size, "x": p.x, "paired": p.paired, "n_family": p.n_family,
                         "n_reference": p.n_reference, "plateau": p.plateau, **p.delta.to_dict(),
                         "eval_se": _finite(p.eval_se), "n_windows": p.n_windows} for p in g.points],
-            "multipliers": [{"x": m.x, "k": _finite(m.k), "ci95": [_finite(m.lo), _finite(m.hi)],
-                             "unreached": m.unreached} for m in g.multipliers]}
+            "multipliers": [m.to_json() for m in g.multipliers]}
 
 
 def _finite(v: float) -> float | None:
@@ -224,16 +246,17 @@ def make_figures(a: Analysis) -> list:
     for (_, metric, m, dataset, split), cells in sorted(groups.items(), key=lambda kv: first(kv[0])):
         title = f"{metric} {dataset}/{split}" + (f" M={m}" if m is not None else "")
         size_blocks.append(sections.fig(f"loss_vs_size_{_safe(metric, dataset, split, m)}.png",
-                                        figures.loss_vs_size(cells, by_key, title, a.x),
+                                        figures.loss_vs_size(cells, by_key, title, a.x, _ylabel(a, metric)),
                                         f"{title} vs {a.x} (95% t-intervals; fitted curves with 95% bootstrap bands)"))
     blocks = size_blocks[:1] + _flops_figure(a, primary)
     for (dataset, split) in sorted({(g.dataset, g.split) for g in a.gaps}, key=first):
         sel = [g for g in a.gaps if (g.dataset, g.split) == (dataset, split)]
         blocks.append(sections.fig(f"gap_vs_size_{_safe(dataset, split)}.png",
-                                   figures.gap_vs_size(sel, f"gap {dataset}/{split}", a.x),
+                                   figures.gap_vs_size(sel, f"gap {dataset}/{split}", a.x, summary.token_unit(a.final)),
                                    f"Δ vs {a.x} on {dataset}/{split} (95% interval bands)"))
     for s in sorted(a.ensembles, key=lambda s: first((s.dataset, s.split))):
-        blocks.append(sections.fig(f"nll_vs_m_{_safe(s.family, s.variant, s.dataset, s.split)}.png", figures.nll_vs_m(s),
+        blocks.append(sections.fig(f"nll_vs_m_{_safe(s.family, s.variant, s.dataset, s.split)}.png",
+                                   figures.nll_vs_m(s, summary.token_unit(a.final)),
                                    f"nll_ensemble vs M per size: {s.family}/{s.variant} {s.dataset}/{s.split} "
                                    "(95% t-interval bands)"))
     blocks += size_blocks[1:]
@@ -244,13 +267,20 @@ def make_figures(a: Analysis) -> list:
     return blocks
 
 
+def _ylabel(a: Analysis, metric: str) -> str:
+    """`metric (unit)`: the records' unit, per-token units made exact (nats/byte for bytes)."""
+    units = a.final.filter(pl.col("metric") == metric)["unit"].unique().to_list()
+    unit = units[0] if len(units) == 1 else "/".join(sorted(units)) or "?"
+    return f"{metric} ({summary.token_unit(a.final) if unit == 'nats/token' else unit})"
+
+
 def _flops_figure(a: Analysis, primary: tuple[str, str]) -> list:
     """Loss vs training FLOPs of every family's nll_l2r on the summary's dataset/split."""
     cells = [c for c in build_cells(a.final, "flops") if c.key[2] == "nll_l2r" and tuple(c.key[3:5]) == primary]
     if not cells:
         return []
     title = f"nll_l2r {primary[0]}/{primary[1]} vs training FLOPs"
-    return [sections.fig(f"loss_vs_flops_{_safe(*primary)}.png", figures.loss_vs_flops(cells, title),
+    return [sections.fig(f"loss_vs_flops_{_safe(*primary)}.png", figures.loss_vs_flops(cells, title, _ylabel(a, "nll_l2r")),
                          f"{title}, all families (95% t-interval bands over seeds)")]
 
 
@@ -273,7 +303,8 @@ def report_blocks(a: Analysis, figure_blocks: list) -> list:
 
 def tables(a: Analysis) -> dict[str, pl.DataFrame]:
     """The tables written under tables/."""
-    fit_rows = [{**{k: f.labels.get(k) for k in ("study", *CELL_KEYS)}, "status": f.status, "reason": f.reason,
+    fit_rows = [{**{k: f.labels.get(k) for k in ("study", *CELL_KEYS)}, "status": f.status, "form": f.form,
+                 "df_resid": f.diagnostics.get("df_resid"), "reason": f.reason,
                  "n_points": f.n_points, "n_seeds_min": f.n_seeds_min,
                  **{f"{n}{s}": v for n, prm in f.params.items()
                     for s, v in (("", prm.value), ("_lo", prm.ci95[0]), ("_hi", prm.ci95[1]))}}
@@ -283,8 +314,14 @@ def tables(a: Analysis) -> dict[str, pl.DataFrame]:
                  "split": g.split,
                  "reference": g.reference, "size": pt.size, "x": pt.x, "paired": pt.paired, **pt.delta.to_dict()}
                 for g, study in zip(a.gaps, studies) for pt in g.points]
+    mult_rows = [{"study": study, "family": g.family, "variant": g.variant, "metric": g.metric, "dataset": g.dataset,
+                  "split": g.split, **m.to_json(), "lo": m.to_json()["ci95"][0], "hi": m.to_json()["ci95"][1]}
+                 for g, study in zip(a.gaps, studies) for m in g.multipliers]
     out = {"fits": pl.DataFrame(fit_rows, infer_schema_length=None), "points": a.variants,
            "gap": pl.DataFrame(gap_rows, infer_schema_length=None)}
+    if mult_rows:
+        out["multipliers"] = pl.DataFrame([{k: v for k, v in r.items() if k != "ci95"} for r in mult_rows],
+                                          infer_schema_length=None)
     out.update({f"option_{_safe(k)}": v for k, v in a.options.items()})
     for name, frame in (("plateau", a.plateau), ("ema_effect", a.ema)):
         if frame is not None and not frame.is_empty():

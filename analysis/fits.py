@@ -1,8 +1,9 @@
-"""Curve fits with bootstrap intervals: pure functions returning frozen results with a status.
+"""Curve fits with calibrated intervals: pure functions returning frozen results with a status.
 
 Identifiability rule: a point (size) needs >= 2 seeds to enter a fit (points with fewer are
 dropped and named in `reason`); a fit needs >= 3 such points. Otherwise the result has status
-`not_identifiable` and no parameters - it is never fitted silently.
+`not_identifiable` and no parameters - it is never fitted silently. The model form, the intervals
+and the statuses `ok`, `reduced`, `saturated`, `at_bound` come from `analysis.scalefit`.
 """
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from analysis import powerlaw
+from analysis import powerlaw, scalefit
 from analysis.cells import Cell, Point
-from analysis.stats import bootstrap_means, percentile_ci
+from analysis.stats import percentile_ci
 
 MIN_POINTS = 3  # three parameters (E, A, alpha)
-MIN_SEEDS = 2  # the bootstrap resamples seeds
+MIN_SEEDS = 2  # the pure-error variance needs replicated sizes
 PREDICT_FACTORS = (10.0, 100.0)  # extrapolate to 10x and 100x the largest fitted x
 POWER_NAMES = ("E", "A", "alpha")
 ENSEMBLE_NAMES = ("c", "b", "gamma")
@@ -37,6 +38,7 @@ METRIC_FORMS: dict[str, MetricForm] = {
     "infill_em": MetricForm("1 - value", lambda v: 1.0 - v),
     "gen_time_s": MetricForm(skip_reason="generation time grows with size; not a decreasing power law"),
 }
+USABLE = ("ok", "reduced")  # statuses whose curve is drawn and enters the multipliers
 
 
 @dataclass(frozen=True)
@@ -61,10 +63,17 @@ class CurveFit:
     reason: str = ""
     predictions: tuple[tuple[float, Param], ...] = ()
     samples: np.ndarray | None = field(default=None, compare=False, repr=False)  # [B, 3] (E, A, alpha)
+    xs: tuple[float, ...] = ()  # the fitted x values (the measured range)
+    diagnostics: dict = field(default_factory=dict, compare=False)  # df, lack of fit, E test, bounds
+
+    @property
+    def usable(self) -> bool:
+        """Whether the curve is drawn and used for multipliers (ok, or the named reduced form)."""
+        return self.status in USABLE
 
     def curve(self) -> powerlaw.PowerLaw | None:
-        """The fitted curve, or None if not fitted."""
-        if self.status != "ok":
+        """The fitted curve, or None if not usable."""
+        if not self.usable:
             return None
         return powerlaw.PowerLaw(*(p.value for p in self.params.values()))
 
@@ -75,8 +84,9 @@ class CurveFit:
                           for k, p in self.params.items()},
                "n_points": self.n_points, "n_seeds_min": self.n_seeds_min, "status": self.status,
                "reason": self.reason,
-               "predictions": [{"x": _num(x), "value": _num(p.value), "ci95": [_num(c) for c in p.ci95]}
-                               for x, p in self.predictions]}
+               "predictions": [{"x": _num(x), "value": _num(p.value), "ci95": [_num(c) for c in p.ci95],
+                                "extrapolated": True} for x, p in self.predictions],
+               "x_range": [_num(min(self.xs)), _num(max(self.xs))] if self.xs else None, **self.diagnostics}
         return out
 
 
@@ -100,8 +110,8 @@ def identifiability(points: list[Point], dropped: list[str]) -> str:
 
 
 def fit_points(points: tuple[Point, ...], *, labels: dict, x: str, form: str, names: tuple[str, ...],
-               resamples: int, seed: int, transform=lambda v: v) -> CurveFit:
-    """Fit y = p0 + p1 x^-p2 to the seed means of `points`, bootstrap over seeds within each point."""
+               resamples: int, seed: int, transform=lambda v: v, reducible: bool = True) -> CurveFit:
+    """Fit y = p0 + p1 x^-p2 to the per-seed values of `points` (scalefit's rules and intervals)."""
     keep, dropped = usable_points(points)
     n_seeds_min = min((len(p.values) for p in points), default=0)
     base = dict(labels=labels, x=x, form=form, n_points=len(keep), n_seeds_min=n_seeds_min)
@@ -114,52 +124,30 @@ def fit_points(points: tuple[Point, ...], *, labels: dict, x: str, form: str, na
     xs = np.array([p.x for p in keep])
     if np.any(xs <= 0) or np.unique(xs).size < MIN_POINTS:
         return CurveFit(**base, params={}, status="not_identifiable", reason=f"need >= {MIN_POINTS} distinct positive {x} values")
-    x_ref = float(np.exp(np.log(xs).mean()))
-    lx = np.log(xs / x_ref)
-    theta, _ = powerlaw.fit_theta(lx, np.array([v.mean() for v in values]))
-    y_boot = bootstrap_means([(p.draw_key, v) for p, v in zip(keep, values)], resamples, seed)
-    boot = _to_original(powerlaw.fit_resamples(lx, y_boot, theta), x_ref)
-    point = _to_original(theta[None, :], x_ref)[0]
-    lo, hi = percentile_ci(boot)
-    params = {n: Param(float(point[i]), (float(lo[i]), float(hi[i]))) for i, n in enumerate(names)}
-    boundary = _boundary_notes(theta, point)  # a flat, step-like or offset-free curve: not identified
-    notes = "; ".join(dropped + boundary)
-    predictions = () if boundary else _predictions(point, boot, xs.max())  # no power law: no extrapolation
-    return CurveFit(**base, params=params, status="at_bound" if boundary else "ok", reason=notes,
-                    predictions=predictions, samples=boot)
+    key = "|".join(str(labels.get(k)) for k in ("family", "metric", "dataset", "split", "m", "size")) + f"|{x}"
+    fit = scalefit.fit_power_law(xs, values, resamples=resamples, seed=seed, key=key, reducible=reducible)
+    params = {n: Param(float(fit.point[i]), (_ci(fit.lo[i]), _ci(fit.hi[i]))) for i, n in enumerate(names)}
+    if fit.form == scalefit.PURE:
+        params[names[0]] = Param(0.0, (None, None))  # fixed, not estimated
+    usable = fit.status in USABLE
+    predictions = _predictions(fit.point, fit.samples, xs.max()) if usable and fit.samples is not None else ()
+    shown = (form.replace(f"{names[0]} + ", "") + f" ({names[0]} fixed at 0: not identified)"
+             if fit.form == scalefit.PURE else form)
+    reasons = dropped + [fit.reason] if fit.reason else dropped
+    return CurveFit(**{**base, "form": shown}, params=params, status=fit.status, reason="; ".join(reasons),
+                    predictions=predictions, samples=fit.samples, xs=tuple(float(v) for v in xs),
+                    diagnostics=fit.diagnostics())
 
 
-def _to_original(theta: np.ndarray, x_ref: float) -> np.ndarray:
-    """[B, 3] (e, a, alpha) in reference units -> (E, A, alpha) in original units."""
-    return np.stack([np.exp(theta[:, 0]), np.exp(theta[:, 1] + theta[:, 2] * math.log(x_ref)), theta[:, 2]], 1)
+def _ci(v: float) -> float | None:
+    return float(v) if math.isfinite(v) else None
 
 
-# A parameter within this share of its search box's width of an edge sits at its bound: e = log E
-# at -20 is E = 2e-9, i.e. no irreducible loss was identified (a pure power law fits better).
-BOUND_MARGIN = 0.01
-
-
-def _boundary_notes(theta: np.ndarray, point: np.ndarray) -> list[str]:
-    """Notes for every parameter at its search bound; theta in reference units, point (E, A, alpha)."""
-    lo, hi = powerlaw.BOUNDS[2]
-    notes = []
-    if point[2] < 2 * lo or point[2] > 0.99 * hi:  # within a hair of the search box
-        notes.append(f"exponent at its bound ({point[2]:.3g})")
-    for i, name in ((0, "E"), (1, "A")):
-        lo, hi = powerlaw.BOUNDS[i]
-        margin = BOUND_MARGIN * (hi - lo)
-        if theta[i] < lo + margin or theta[i] > hi - margin:
-            notes.append(f"{name} at its bound ({point[i]:.3g})")
-    return notes
-
-
-def predict(params: np.ndarray, x: float) -> np.ndarray:
-    """E + A x^-alpha for rows of (E, A, alpha)."""
-    params = np.atleast_2d(params)
-    return params[:, 0] + params[:, 1] * x ** (-params[:, 2])
+predict = powerlaw.predict  # E + A x^-alpha for rows of (E, A, alpha)
 
 
 def _predictions(point: np.ndarray, boot: np.ndarray, x_max: float) -> tuple[tuple[float, Param], ...]:
+    """Extrapolations to PREDICT_FACTORS x the largest fitted x (reported as extrapolated)."""
     out = []
     for factor in PREDICT_FACTORS:
         x = float(x_max * factor)

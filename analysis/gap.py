@@ -1,6 +1,7 @@
 """The AR-vs-any-order gap: Delta(x) = L_family(x) - L_ar(x) per size with t-intervals (paired by
-seed where at least two seeds match, Welch otherwise), its trend per decade of x, and the
-multiplier k(x): how many times more x the family needs to reach AR's loss at x."""
+seed where at least two seeds match, Welch otherwise), its trend over the measured span of x (OLS
+over the size means), and the multiplier k(x) (`analysis.multiplier`): how many times more x the
+family needs to reach AR's loss at x, interpolated inside the measured range or marked extrapolated."""
 from __future__ import annotations
 
 import math
@@ -12,8 +13,17 @@ import polars as pl
 from analysis import evalnoise
 
 from analysis.cells import Cell, Point
-from analysis.fits import MIN_SEEDS, CurveFit, PREDICT_FACTORS, predict
-from analysis.stats import SeedSummary, Trend, bootstrap_means, percentile_ci, summarise, trend, welch
+from analysis.fits import MIN_SEEDS, CurveFit, predict
+from analysis.multiplier import Multiplier, multipliers
+from analysis.stats import (
+    SeedSummary,
+    Trend,
+    bootstrap_means,
+    percentile_ci,
+    summarise,
+    trend,
+    welch,
+)
 
 REFERENCE_FAMILY, REFERENCE_METRIC = "ar", "nll_l2r"
 COMPARED_METRICS = ("nll_anyorder", "nll_l2r")  # each non-AR family is compared under both
@@ -32,18 +42,6 @@ class GapPoint:
     plateau: str = ""  # why this size's comparison is not a result (a run on the plateau), else ""
     eval_se: float = math.nan  # the windows' share of delta.se (analysis.evalnoise), NaN without window files
     n_windows: int = 0  # common windows behind eval_se
-
-
-@dataclass(frozen=True)
-class Multiplier:
-    """k(x) = x_family(L_ar(x)) / x with a bootstrap interval; unreached: share of resamples
-    in which the family's fitted floor E lies above AR's loss (k = inf)."""
-
-    x: float
-    k: float
-    lo: float
-    hi: float
-    unreached: float
 
 
 @dataclass(frozen=True)
@@ -74,35 +72,15 @@ def _gap_point(a: Point, r: Point) -> tuple[GapPoint, list[tuple[str, np.ndarray
     return GapPoint(a.label, r.x, delta, False, a.array.size, r.array.size), groups
 
 
-def multipliers(fam: CurveFit | None, ref: CurveFit | None, xs: list[float]) -> tuple[tuple[Multiplier, ...], str]:
-    """k at the measured x and at the extrapolated x (PREDICT_FACTORS), from the two fits."""
-    if fam is None or ref is None or fam.status != "ok" or ref.status != "ok":
-        return (), "needs both power-law fits with status ok"
-    grid = sorted(xs) + [max(xs) * f for f in PREDICT_FACTORS]
-    out = []
-    for x in grid:
-        k_point = _k(_values(fam), _values(ref), x)[0]
-        k_boot = _k(fam.samples, ref.samples, x)
-        lo, hi = percentile_ci(k_boot)
-        out.append(Multiplier(float(x), float(k_point), float(lo), float(hi), float(np.mean(~np.isfinite(k_boot)))))
-    return tuple(out), ""
-
-
 def _values(fit: CurveFit) -> np.ndarray:
     return np.array([p.value for p in fit.params.values()])
 
 
-def _k(fam: np.ndarray, ref: np.ndarray, x: float) -> np.ndarray:
-    fam, ref = np.atleast_2d(fam), np.atleast_2d(ref)
-    target = predict(ref, x)
-    excess = target - fam[:, 0]
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        x_fam = np.power(fam[:, 1] / np.where(excess > 0, excess, 1.0), 1.0 / fam[:, 2])
-    return np.where(excess > 0, x_fam / x, np.inf)
-
-
-def compute_gaps(cells: list[Cell], fits: dict[tuple, CurveFit], resamples: int, seed: int) -> tuple[list[Gap], list[str]]:
-    """Every non-AR (family, variant) x COMPARED_METRICS against AR's nll_l2r, per dataset/split."""
+def compute_gaps(cells: list[Cell], fits: dict[tuple, CurveFit], resamples: int, seed: int, *, x: str = "n_params",
+                 axis_fits: dict[str, dict[tuple, CurveFit]] | None = None) -> tuple[list[Gap], list[str]]:
+    """Every non-AR (family, variant) x COMPARED_METRICS against AR's nll_l2r, per dataset/split.
+    `axis_fits` adds the fits on other x conventions, for the multipliers on those axes."""
+    by_axis = {**(axis_fits or {}), x: fits}
     refs = [c for c in cells if c.key[0] == REFERENCE_FAMILY and c.key[2] == REFERENCE_METRIC and c.key[5] is None]
     if not refs:
         return [], [f"no gap: no '{REFERENCE_FAMILY}' runs with metric '{REFERENCE_METRIC}'"]
@@ -116,7 +94,7 @@ def compute_gaps(cells: list[Cell], fits: dict[tuple, CurveFit], resamples: int,
         ref = ref_by_data.get(c.key[3:5])
         if c.key[0] == REFERENCE_FAMILY or c.key[2] not in COMPARED_METRICS or c.key[5] is not None or ref is None:
             continue
-        gaps.append(_gap(c, ref, fits, resamples, seed))
+        gaps.append(_gap(c, ref, by_axis, x, resamples, seed))
     if not gaps:
         notes.append("no gap: no non-AR family with nll_anyorder or nll_l2r on the reference's datasets")
     return gaps, notes
@@ -126,7 +104,7 @@ def _n_runs(cell: Cell) -> int:
     return sum(len(p.values) for p in cell.points)
 
 
-def _gap(c: Cell, ref: Cell, fits: dict, resamples: int, seed: int) -> Gap:
+def _gap(c: Cell, ref: Cell, by_axis: dict, x: str, resamples: int, seed: int) -> Gap:
     ref_points = {p.label: p for p in ref.points}
     points, xs, groups = [], [], []
     for a in c.points:
@@ -139,7 +117,7 @@ def _gap(c: Cell, ref: Cell, fits: dict, resamples: int, seed: int) -> Gap:
             xs.append(gp.x)
             groups.append(g)
     tr = trend(xs, groups, resamples, seed)
-    mult, why = multipliers(fits.get(c.key), fits.get(ref.key), [p.x for p in points] or [1.0])
+    mult, why = multipliers(by_axis, c.key, ref.key, x)
     fam, variant, metric, dataset, split, _ = c.key
     return Gap(fam, variant, metric, dataset, split, f"{ref.key[0]}/{ref.key[1]} {REFERENCE_METRIC}",
                tuple(points), tr, mult, why, (ref.key[0], ref.key[1]))
@@ -208,7 +186,7 @@ def _matched(c: Cell, a: Point, ref_fit: CurveFit | None, resamples: int, seed: 
     fam, variant, metric, dataset, split, _ = c.key
     base = dict(family=fam, variant=variant, metric=metric, dataset=dataset, split=split, size=a.label, x=a.x,
                 n=a.array.size)
-    if ref_fit is None or ref_fit.status != "ok":
+    if ref_fit is None or not ref_fit.usable:
         why = f"AR's fit on n_params_family is {ref_fit.status if ref_fit else 'missing'}"
         return MatchedPoint(**base, delta=math.nan, lo=math.nan, hi=math.nan, status="not_computed", reason=why)
     delta = float(a.array.mean() - predict(_values(ref_fit), a.x)[0])

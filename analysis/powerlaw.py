@@ -1,27 +1,30 @@
-"""Saturating power law L(x) = E + A * x**(-alpha), fitted as in the Epoch AI Chinchilla
-replication (Besiroglu et al. 2024, "Chinchilla Scaling: A replication attempt"): Huber loss on
-log L, L-BFGS-B from a grid of starts, with the analytic gradient.
+"""Saturating power law L(x) = E + A * x**(-alpha), fitted by weighted least squares on log L.
 
 Parameters are optimised as theta = (e, a, alpha) with E = exp(e), A_ref = exp(a) and x taken
 relative to a reference x_ref (geometric mean of the fitted x), so log L_hat =
-logaddexp(e, a - alpha * log(x / x_ref)). Many problems (bootstrap resamples, grid starts) are
-solved together by iteratively reweighted Levenberg-Marquardt vectorised over problems
-(`minimise_batched`); the best grid start is then polished by L-BFGS-B (`polish`).
+logaddexp(e, a - alpha * log(x / x_ref)).
+
+Objective (`objective`): sum_i w_i (log L_hat_i - ybar_i)^2, with ybar_i the mean log loss of size
+i over its seeds and w_i its seed count. Up to a constant (the within-size sum of squares) that is
+the least-squares fit of the per-seed points, so every seed counts once.
+
+Solver (`solve`): a grid over alpha with (E, A) profiled out in closed form at each grid value
+(`grid_starts`), its steepest point and the pure power law (E at its bound); the lowest is
+polished by Levenberg-Marquardt to convergence. It is vectorised over problems, so the point
+fit and every bootstrap resample go through the very same code: grid, then polish.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import minimize
 
-HUBER_DELTA = 1e-3  # Huber threshold on log-loss residuals (Hoffmann et al. 2022, App. D.2; Epoch replication)
-BOUNDS = ((-20.0, 10.0), (-20.0, 10.0), (1e-3, 4.0))  # (e, a, alpha): E, A_ref in [2e-9, 2.2e4]
-E_START_FRACTIONS = (0.2, 0.5, 0.8, 0.95)  # E start = fraction * smallest observed L
-A_START_FRACTIONS = (0.1, 0.3, 1.0, 3.0)  # A_ref start = fraction * observed range of L
-ALPHA_STARTS = (0.05, 0.15, 0.3, 0.6, 1.0)
-LBFGS_OPTIONS = {"maxiter": 5000, "ftol": 1e-15, "gtol": 1e-10, "maxcor": 20}
+BOUNDS = ((-20.0, 10.0), (-30.0, 30.0), (1e-3, 4.0))  # (e, a, alpha); e = -20 is E = 2e-9: no offset
+ALPHA_GRID = tuple(float(a) for a in np.geomspace(0.01, BOUNDS[2][1], 36))  # E, A profiled out at each
+POLISH_ITERS = 400  # LM iterations for the best start, stopped earlier at convergence
+STEEP_ITERS = 30  # LM iterations for the steepest grid start before the candidates are compared
+POLISH_RTOL = 1e-14  # converged: an accepted step improves the objective by less than this, relative
+MAX_DAMPING = 1e12  # no descent step left at any damping: converged (or stuck on a bound)
 
 
 @dataclass(frozen=True)
@@ -44,54 +47,24 @@ class PowerLaw:
         return x
 
 
-def huber_objective(theta: np.ndarray, lx: np.ndarray, log_y: np.ndarray,
-                    delta: float = HUBER_DELTA) -> tuple[float, np.ndarray]:
-    """Sum over problems and points of Huber_delta(log L_hat - log L) / delta, and its gradient.
-
-    theta [B, 3] (or [3]), lx [n] (log x / x_ref), log_y [B, n] (or [n]). Dividing by delta keeps
-    the gradient O(1) so L-BFGS-B's tolerances mean the same at any delta; the minimiser is
-    unchanged. Returns (value, gradient shaped like theta).
-    """
-    th = np.atleast_2d(theta)
-    e, a, alpha = th[:, :1], th[:, 1:2], th[:, 2:3]
-    power_term = a - alpha * lx
-    pred = np.logaddexp(e, power_term)
-    r = pred - np.atleast_2d(log_y)
-    absr = np.abs(r)
-    quad = absr <= delta
-    value = np.where(quad, 0.5 * r * r, delta * (absr - 0.5 * delta)).sum() / delta
-    psi = np.clip(r / delta, -1.0, 1.0)  # d(Huber/delta)/dr
-    w_e = np.exp(e - pred)  # d pred / d e
-    w_a = 1.0 - w_e  # d pred / d a
-    grad = np.stack([(psi * w_e).sum(1), (psi * w_a).sum(1), -(psi * w_a * lx).sum(1)], axis=1)
-    return float(value), grad.reshape(np.shape(theta))
+def _bounds() -> tuple[np.ndarray, np.ndarray]:
+    return np.array([b[0] for b in BOUNDS]), np.array([b[1] for b in BOUNDS])
 
 
-def grid_starts(y: np.ndarray) -> np.ndarray:
-    """The grid of starting points [n_starts, 3] scaled to the observed losses y (reference units)."""
-    y_min, y_range = float(np.min(y)), float(np.ptp(y)) or 1e-3 * float(np.min(y))
-    grid = [(math.log(fe * y_min), math.log(fa * y_range), al)
-            for fe in E_START_FRACTIONS for fa in A_START_FRACTIONS for al in ALPHA_STARTS]
-    return np.clip(np.array(grid), [b[0] for b in BOUNDS], [b[1] for b in BOUNDS])
-
-
-LM_MAX_ITERS = 200  # batched LM iterations for resamples (IRLS on a near-L1 loss converges linearly)
-LM_RTOL = 1e-8  # stop a block when its objective improves by less than this, relative
-GRID_ITERS = 60  # LM iterations from each grid start; the best is then polished to convergence
-
-
-def _residuals_and_jacobian(theta: np.ndarray, lx: np.ndarray, log_y: np.ndarray):
-    """Residuals [B, n] and the Jacobian columns d pred/d(e, a, alpha), each [B, n]."""
+def _residuals_and_jacobian(theta: np.ndarray, lx: np.ndarray, ybar: np.ndarray):
+    """Residuals [B, n] of log L_hat - ybar and the Jacobian columns d pred/d(e, a, alpha), each [B, n]."""
     e, a, alpha = theta[:, :1], theta[:, 1:2], theta[:, 2:3]
     pred = np.logaddexp(e, a - alpha * lx)
     w_e = np.exp(e - pred)
     w_a = 1.0 - w_e
-    return pred - log_y, (w_e, w_a, -w_a * lx)
+    return pred - ybar, (w_e, w_a, -w_a * lx)
 
 
-def _huber_rows(r: np.ndarray, delta: float = HUBER_DELTA) -> np.ndarray:
-    absr = np.abs(r)
-    return (np.where(absr <= delta, 0.5 * r * r, delta * (absr - 0.5 * delta)) / delta).sum(axis=1)
+def objective(theta: np.ndarray, lx: np.ndarray, ybar: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """sum_i w_i r_i^2 per problem: theta [B, 3], ybar [B, n] (or [n]), w [n]; returns [B]."""
+    th = np.atleast_2d(theta)
+    r, _ = _residuals_and_jacobian(th, lx, np.broadcast_to(ybar, (th.shape[0], lx.size)))
+    return (w * r * r).sum(axis=1)
 
 
 def solve_sym3(h: dict[str, np.ndarray], g: tuple[np.ndarray, ...]) -> np.ndarray:
@@ -106,40 +79,52 @@ def solve_sym3(h: dict[str, np.ndarray], g: tuple[np.ndarray, ...]) -> np.ndarra
     x0 = c00 * g[0] + c01 * g[1] + c02 * g[2]
     x1 = c01 * g[0] + c11 * g[1] + c12 * g[2]
     x2 = c02 * g[0] + c12 * g[1] + c22 * g[2]
-    return np.stack([x0, x1, x2], axis=1) / det[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.stack([x0, x1, x2], axis=1) / det[:, None]
+    return np.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
 
 
-def _lm_step(r: np.ndarray, jac: tuple[np.ndarray, ...], damping: np.ndarray) -> np.ndarray:
-    """Damped IRLS Gauss-Newton step for Huber: (J'WJ + lambda diag) step = -J'W r."""
-    weight = np.minimum(1.0, HUBER_DELTA / np.maximum(np.abs(r), 1e-300)) / HUBER_DELTA
-    wj = [weight * j for j in jac]
-    h = {f"{i}{k}": (wj[i] * jac[k]).sum(1) for i in range(3) for k in range(i, 3)}
+def _lm_step(theta: np.ndarray, r: np.ndarray, jac: tuple[np.ndarray, ...], w: np.ndarray,
+             damping: np.ndarray) -> np.ndarray:
+    """Marquardt step (J'WJ + lambda diag(J'WJ)) step = -J'W r on the free parameters: one at a
+    bound whose descent direction points out of the box is held there (an active set)."""
+    lo, hi = _bounds()
+    wj = [w * j for j in jac]
+    g = [(wj_i * r).sum(1) for wj_i in wj]
+    held = [((theta[:, i] <= lo[i]) & (g[i] > 0)) | ((theta[:, i] >= hi[i]) & (g[i] < 0)) for i in range(3)]
+    h = {}
     for i in range(3):
-        h[f"{i}{i}"] = h[f"{i}{i}"] * (1 + damping) + 1e-12
-    return solve_sym3(h, tuple(-(w * r).sum(1) for w in wj))
+        for k in range(i, 3):
+            hik = (wj[i] * jac[k]).sum(1)
+            if i == k:
+                hik = np.where(held[i], 1.0, hik * (1 + damping) + 1e-14)
+            else:
+                hik = np.where(held[i] | held[k], 0.0, hik)
+            h[f"{i}{k}"] = hik
+    return solve_sym3(h, tuple(np.where(held[i], 0.0, -g[i]) for i in range(3)))
 
 
-def minimise_batched(lx: np.ndarray, log_y: np.ndarray, starts: np.ndarray,
-                     max_iters: int = LM_MAX_ITERS) -> tuple[np.ndarray, np.ndarray]:
-    """B independent fits by iteratively reweighted Levenberg-Marquardt, vectorised over blocks.
+def minimise(lx: np.ndarray, ybar: np.ndarray, w: np.ndarray, starts: np.ndarray, iters: int,
+             rtol: float = POLISH_RTOL) -> tuple[np.ndarray, np.ndarray]:
+    """B independent weighted least-squares fits by Levenberg-Marquardt, vectorised over problems.
 
-    Huber's IRLS weights min(1, delta/|r|)/delta give a quadratic majoriser of the objective, so
-    each accepted step (objective decreases, else the damping grows tenfold) is a descent step of
-    the same objective `huber_objective` defines. Returns (theta [B, 3], objective [B]).
+    A step is accepted only if it lowers the objective (else the damping grows tenfold), and
+    steps are clipped to BOUNDS. Returns (theta [B, 3], objective [B]).
     """
-    lo, hi = np.array([b[0] for b in BOUNDS]), np.array([b[1] for b in BOUNDS])
-    log_y = np.ascontiguousarray(np.broadcast_to(log_y, (starts.shape[0], lx.size)))
+    lo, hi = _bounds()
+    ybar = np.ascontiguousarray(np.broadcast_to(ybar, (starts.shape[0], lx.size)))
     theta = np.clip(starts.astype(float), lo, hi)
-    r, jac = _residuals_and_jacobian(theta, lx, log_y)
-    value = _huber_rows(r)
+    r, jac = _residuals_and_jacobian(theta, lx, ybar)
+    value = (w * r * r).sum(1)
     damping = np.full(theta.shape[0], 1e-3)
     idx = np.arange(theta.shape[0])
-    for _ in range(max_iters):
+    for _ in range(iters):
         if idx.size == 0:
             break
-        trial = np.clip(theta[idx] + _lm_step(r[idx], tuple(j[idx] for j in jac), damping[idx]), lo, hi)
-        r_t, jac_t = _residuals_and_jacobian(trial, lx, log_y[idx])
-        v_t = _huber_rows(r_t)
+        step = _lm_step(theta[idx], r[idx], tuple(j[idx] for j in jac), w, damping[idx])
+        trial = np.clip(theta[idx] + step, lo, hi)
+        r_t, jac_t = _residuals_and_jacobian(trial, lx, ybar[idx])
+        v_t = (w * r_t * r_t).sum(1)
         better = v_t < value[idx]
         gain = np.where(better, (value[idx] - v_t) / np.maximum(value[idx], 1e-300), 0.0)
         acc = idx[better]
@@ -147,29 +132,82 @@ def minimise_batched(lx: np.ndarray, log_y: np.ndarray, starts: np.ndarray,
         for j, j_t in zip(jac, jac_t):
             j[acc] = j_t[better]
         damping[idx] = np.where(better, damping[idx] / 10, damping[idx] * 10)
-        idx = idx[~((better & (gain < LM_RTOL)) | (damping[idx] > 1e12))]
+        idx = idx[~((better & (gain < rtol)) | (damping[idx] > MAX_DAMPING))]
     return theta, value
 
 
-def polish(lx: np.ndarray, log_y: np.ndarray, theta0: np.ndarray) -> tuple[np.ndarray, float]:
-    """Single-problem L-BFGS-B with the analytic gradient (`jac=True`) from theta0."""
-    res = minimize(huber_objective, theta0, args=(lx, log_y), jac=True, method="L-BFGS-B",
-                   bounds=BOUNDS, options=LBFGS_OPTIONS)
-    return res.x, float(res.fun)
+def _profile_start(lx: np.ndarray, y: np.ndarray, w: np.ndarray, alpha: float) -> np.ndarray:
+    """(e, a, alpha) [B, 3] with (E, A) the closed-form weighted least-squares line of L on
+    x^-alpha (weights w / L^2, the linearisation of the log objective), E kept >= its bound."""
+    lo, hi = _bounds()
+    z = np.exp(-alpha * lx)
+    om = w / (y * y)
+    s0, s1, s2 = om.sum(1), (om * z).sum(1), (om * z * z).sum(1)
+    t0, t1 = (om * y).sum(1), (om * y * z).sum(1)
+    det = s0 * s2 - s1 * s1
+    e_lin = (s2 * t0 - s1 * t1) / det
+    a_lin = (s0 * t1 - s1 * t0) / det
+    floor = np.exp(lo[0])
+    a_only = np.maximum((t1 - floor * s1) / s2, 1e-300)  # E at its bound: A alone
+    a_lin = np.where(e_lin > floor, a_lin, a_only)
+    e_lin = np.maximum(e_lin, floor)
+    a_ref = np.log(np.maximum(a_lin, 1e-300))
+    return np.clip(np.stack([np.log(e_lin), a_ref, np.full_like(e_lin, alpha)], axis=1), lo, hi)
 
 
-POLISH_TOP = 1  # grid solutions polished by L-BFGS-B; the best polished one is the estimate
+def grid_starts(lx: np.ndarray, ybar: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Starts [B, 3, 3] for problems ybar [B, n]: the best point of a grid over alpha (E and A
+    profiled out in closed form at each alpha), the grid point at alpha's upper bound (a step-like
+    local minimum the best point may not lead to), and the pure power law (E at its bound: the
+    exact log-log least-squares line)."""
+    lo, hi = _bounds()
+    y = np.exp(np.minimum(ybar, 700.0))
+    best, best_v, steep = None, None, None
+    for alpha in ALPHA_GRID:
+        cand = _profile_start(lx, y, w, alpha)
+        v = np.nan_to_num(objective(cand, lx, ybar, w), nan=np.inf)
+        if best is None:
+            best, best_v = cand, v
+        else:
+            take = v < best_v
+            best[take], best_v[take] = cand[take], v[take]
+        steep = cand
+    xm = (w * lx).sum() / w.sum()
+    ym = (ybar * w).sum(1) / w.sum()
+    slope = ((ybar - ym[:, None]) * (lx - xm) * w).sum(1) / ((lx - xm) ** 2 * w).sum()
+    pure = np.stack([np.full_like(ym, lo[0]), ym - slope * xm, -slope], axis=1)
+    return np.clip(np.stack([best, steep, pure], axis=1), lo, hi)
 
 
-def fit_theta(lx: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
-    """Best fit from the grid of starts: batched LM from every start, L-BFGS-B on the best few."""
-    log_y = np.log(y)
-    thetas, values = minimise_batched(lx, log_y, grid_starts(y), max_iters=GRID_ITERS)
-    candidates = [polish(lx, log_y, thetas[i]) for i in np.argsort(values)[:POLISH_TOP]]
-    return min(candidates, key=lambda c: c[1])
+def solve(lx: np.ndarray, ybar: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Grid + polish for every problem: ybar [B, n] (or [n]) -> (theta [B, 3], objective [B]).
+
+    The grid's best start is polished by LM, its steepest start briefly (enough to settle at the
+    exponent's bound when that is where it lies); the pure power law is already the exact optimum
+    on the face E = 2e-9 (its bound), where LM would only crawl. The lowest of the three is then
+    polished to convergence."""
+    ybar = np.atleast_2d(ybar)
+    n_prob = ybar.shape[0]
+    starts = grid_starts(lx, ybar, w)
+    best, best_v = minimise(lx, ybar, w, starts[:, 0], POLISH_ITERS)
+    steep, steep_v = minimise(lx, ybar, w, starts[:, 1], STEEP_ITERS)
+    cands = np.stack([best, steep, starts[:, 2]], axis=1)
+    steep_v = np.where(steep_v < best_v * (1 - 1e-9), steep_v, np.inf)  # only a distinct, lower minimum
+    vals = np.stack([best_v, steep_v, objective(starts[:, 2], lx, ybar, w)], axis=1)
+    pick = np.nan_to_num(vals, nan=np.inf).argmin(axis=1)
+    theta, value = cands[np.arange(n_prob), pick], vals[np.arange(n_prob), pick]
+    redo = pick == 1
+    if redo.any():
+        theta[redo], value[redo] = minimise(lx, ybar[redo], w, theta[redo], POLISH_ITERS)
+    return theta, value
 
 
-def fit_resamples(lx: np.ndarray, y_samples: np.ndarray, theta0: np.ndarray) -> np.ndarray:
-    """Fit every bootstrap resample [B, n], warm-started from the point estimate; theta [B, 3]."""
-    starts = np.repeat(theta0[None, :], y_samples.shape[0], axis=0)
-    return minimise_batched(lx, np.log(y_samples), starts)[0]
+def to_original(theta: np.ndarray, x_ref: float) -> np.ndarray:
+    """[B, 3] (e, a, alpha) in reference units -> (E, A, alpha) in original units."""
+    return np.stack([np.exp(theta[:, 0]), np.exp(theta[:, 1] + theta[:, 2] * np.log(x_ref)), theta[:, 2]], 1)
+
+
+def predict(params: np.ndarray, x: float | np.ndarray) -> np.ndarray:
+    """E + A x^-alpha for rows of (E, A, alpha) [B, 3] at one x; returns [B]."""
+    params = np.atleast_2d(params)
+    return params[:, 0] + params[:, 1] * np.power(x, -params[:, 2])

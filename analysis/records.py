@@ -32,6 +32,7 @@ READERS = {".parquet": pl.read_parquet, ".ndjson": pl.read_ndjson, ".jsonl": pl.
 FACTOR_PREFIX = "factor_"  # optional extra columns: per-run factor levels for the factorial table
 OPTION_PREFIX = "opt_"  # run options joined from spec.json: model_options keys and `ema`
 SPEC_SCALAR_OPTIONS = ("ema",)  # top-level spec.json fields that are ablation options
+SPEC_SCOPE_FIELDS = ("lr", "tokenizer", "corpus", "steps", "batch_size", "seq_len")  # what the summary's scope states
 
 
 RecordsError = InputError  # the one input-error type of every CLI (cli.InputError), by its records name
@@ -48,6 +49,7 @@ class Inputs:
     curves: pl.DataFrame | None = None  # run_id, kind, step, tokens, loss
     missing_runs: tuple[str, ...] = ()  # run dirs without eval.parquet ("<run_id> (<state>)")
     notes: tuple[str, ...] = field(default=())
+    specs: pl.DataFrame | None = None  # run_id + SPEC_SCOPE_FIELDS from spec.json (the summary's scope)
 
 
 def _kind_ok(dtype: pl.DataType, kind: str, nullable: bool) -> bool:
@@ -98,7 +100,7 @@ def load(paths: list[str | Path]) -> Inputs:
     """Records from study directories and/or files (all validated before anything is written)."""
     if not paths:
         raise RecordsError("paths: no study directory or records file given; pass <study> or files")
-    frames, options, curves, missing, notes, study_dir = [], [], [], [], [], None
+    frames, options, curves, missing, notes, specs, study_dir = [], [], [], [], [], [], None
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
@@ -109,6 +111,7 @@ def load(paths: list[str | Path]) -> Inputs:
             curves += part["curves"]
             missing += part["missing"]
             notes += part["notes"]
+            specs += part["specs"]
         elif path.is_file():
             frames.append(read_file(path))
         else:
@@ -119,7 +122,7 @@ def load(paths: list[str | Path]) -> Inputs:
     return Inputs(records=records, study_dir=study_dir, sources=tuple(str(p) for p in paths),
                   options=_concat(options) if options else None,
                   curves=_concat(curves) if curves else None, missing_runs=tuple(missing),
-                  notes=tuple(notes))
+                  notes=tuple(notes), specs=_concat(specs) if specs else None)
 
 
 def _load_study(study: Path) -> dict[str, list]:
@@ -127,7 +130,7 @@ def _load_study(study: Path) -> dict[str, list]:
     left out with a note, as are damaged checkpoints named), options, curves and notes."""
     if not sorted(study.glob("runs/*/eval.parquet")):
         raise RecordsError(f"{study}/runs/*/eval.parquet: no records found; evaluate runs or pass record files")
-    out: dict[str, list] = {"frames": [], "options": [], "curves": [], "missing": [], "notes": []}
+    out: dict[str, list] = {"frames": [], "options": [], "curves": [], "missing": [], "notes": [], "specs": []}
     unevaluated: dict[str, list[str]] = {}
     damage: list[str] = []
     for run_dir in sorted(p for p in (study / "runs").iterdir() if p.is_dir()):
@@ -143,6 +146,9 @@ def _load_study(study: Path) -> dict[str, list]:
         opts = _run_options(run_dir)
         if opts is not None:
             out["options"].append(opts)
+        scope = _run_scope(run_dir)
+        if scope is not None:
+            out["specs"].append(scope)
         curve = _run_curve(run_dir)
         if curve is not None:
             out["curves"].append(curve)
@@ -178,6 +184,13 @@ def _run_options(run_dir: Path) -> pl.DataFrame | None:
     opts = {f"{OPTION_PREFIX}{k}": _opaque(v) for k, v in (spec.get("model_options") or {}).items()}
     opts.update({f"{OPTION_PREFIX}{k}": _opaque(spec[k]) for k in SPEC_SCALAR_OPTIONS if k in spec})
     return pl.DataFrame({"run_id": [run_dir.name], **{k: [v] for k, v in opts.items()}})
+
+
+def _run_scope(run_dir: Path) -> pl.DataFrame | None:
+    spec = _read_json(run_dir / "spec.json")
+    if spec is None:
+        return None
+    return pl.DataFrame({"run_id": [run_dir.name], **{k: [_opaque(spec[k])] for k in SPEC_SCOPE_FIELDS if k in spec}})
 
 
 def _opaque(value: object) -> str:

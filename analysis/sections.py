@@ -6,6 +6,7 @@ import polars as pl
 from analysis.ablations import option_title, seed_table
 from analysis.fits import CurveFit
 from analysis.report import Block, interval, num
+from analysis.scalefit import FORM_RULE
 
 
 def h(text: str, level: int = 2) -> Block:
@@ -33,25 +34,37 @@ def _param(fit: CurveFit, name: str) -> str:
     return interval(prm.value, *prm.ci95) if prm else "n/a"
 
 
+def _df(fit: CurveFit) -> str:
+    d = fit.diagnostics
+    if "df_resid" not in d:
+        return "n/a"
+    lof = d.get("lack_of_fit") or {}
+    p_lof = f", lack of fit p={num(lof.get('p'), 2)}" if lof.get("p") is not None else ""
+    return f"{d['df_resid']} (pure error {d['df_pure_error']}{p_lof}; {d['resamples_at_bound']} resamples at a bound)"
+
+
 def fit_rows(fits: list[CurveFit], names: tuple[str, ...], label_keys: tuple[str, ...]) -> list[list[str]]:
-    """One row per fit: labels, status, parameters with intervals, n_points, min seeds, reason."""
-    return [[str(f.labels.get(k, "")) for k in label_keys] + [f.status] + [_param(f, n) for n in names]
-            + [str(f.n_points), str(f.n_seeds_min), f.reason] for f in fits]
+    """One row per fit: labels, status, form, parameters with intervals, df, n_points, min seeds, reason."""
+    return [[str(f.labels.get(k, "")) for k in label_keys] + [f.status, f.form] + [_param(f, n) for n in names]
+            + [_df(f), str(f.n_points), str(f.n_seeds_min), f.reason] for f in fits]
 
 
 def fits_section(fits: list[CurveFit], x: str, resamples: int) -> list[Block]:
     """The power-law fit table."""
     keys = ("family", "variant", "metric", "dataset", "split", "m")
-    head = [*keys, "status", "E", "A", "alpha", "n_points", "n_seeds_min", "reason / notes"]
+    head = [*keys, "status", "form", "E", "A", "alpha", "residual df", "n_points", "n_seeds_min", "reason / notes"]
     preds = [[*(str(f.labels[k]) for k in keys), num(x_), interval(pr.value, *pr.ci95, n=f.n_seeds_min)]
              for f in fits for x_, pr in f.predictions]
     return [h("Power-law fits"),
-            p(f"L({x}) = E + A*{x}^-alpha, Huber (delta=1e-3) on log L, L-BFGS-B from a grid of starts; "
-              f"95 % intervals from {resamples} bootstrap resamples of seeds within each size. "
-              "A size needs >= 2 seeds and a fit >= 3 such sizes, otherwise it is reported as not identifiable."),
+            p(f"L({x}) = E + A*{x}^-alpha by least squares on the per-seed log losses (grid over alpha, then "
+              "Levenberg-Marquardt polish). 95 % intervals: a t-calibrated parametric bootstrap "
+              f"({resamples} resamples, each solved like the point fit) whose scale is the between-size mean "
+              "square, so it carries how far sizes stray from the curve (t with the residual df). Form rule: "
+              f"{FORM_RULE}. A fit with 0 residual df is saturated. A size needs >= 2 seeds and a fit >= 3 "
+              "such sizes, otherwise it is not identifiable."),
             table(head, fit_rows(fits, ("E", "A", "alpha"), keys)),
             h("Extrapolated predictions", 3),
-            p("Only fits with status ok are extrapolated."),
+            p("Past the data (extrapolated: the fit says nothing there that the data checked); only usable fits."),
             table([*keys, x, "prediction [95% CI] (n = min seeds per size)"], preds) if preds else p("none")]
 
 
@@ -68,11 +81,15 @@ def gap_section(gaps: list, notes: list[str], x: str, x_meaning: str = "") -> li
                  f"not a result: {pt.plateau}" if pt.plateau else "ok"] for pt in g.points]
         out.append(table(["size", x, f"Δ ({g.metric} − AR nll_l2r) [95% CI]", "pairing", "n", "status"], rows))
         t = g.trend
-        out.append(p(f"Trend: Δ changes by {interval(t.slope, t.lo, t.hi, n=f'{t.n_points} sizes')} nats per decade "
-                     f"of {x} (status {t.status}{': ' + t.reason if t.reason else ''})."))
+        out.append(p(f"Trend: slope {interval(t.slope, t.lo, t.hi, n=f'{t.n_points} sizes')} per decade of {x}, "
+                     f"measured over {num(t.span_decades, 3)} decades (OLS over size means, t({t.df}); status "
+                     f"{t.status}{': ' + t.reason if t.reason else ''})."))
         if g.multipliers:
-            out.append(table([x, "k: x-multiplier to reach AR's loss [95% CI]", "share of resamples never reaching"],
-                             [[num(m.x), interval(m.k, m.lo, m.hi), num(m.unreached, 3)] for m in g.multipliers]))
+            out.append(table(["axis", "AR's x", "k: x-multiplier to reach AR's loss [95% CI]", "implied family x",
+                              "share of resamples never reaching", "extrapolated"],
+                             [[m.axis, num(m.x), interval(m.k, m.lo, m.hi), num(m.x_family), num(m.unreached, 3),
+                               "EXTRAPOLATED (outside the family's measured range)" if m.extrapolated else "no"]
+                              for m in g.multipliers]))
         else:
             out.append(p(f"Multiplier k(x) not computed: {g.multiplier_reason}."))
     return out
@@ -85,7 +102,8 @@ def ensemble_section(studies: list) -> list[Block]:
         return out + [p("No nll_ensemble records with m: ensemble analysis skipped.")]
     for s in studies:
         out.append(h(f"{s.family}/{s.variant} — {s.dataset}/{s.split}", 3))
-        out.append(table(["size", "status", "c", "b", "gamma", "n_points", "n_seeds_min", "reason / notes"],
+        out.append(table(["size", "status", "form", "c", "b", "gamma", "residual df", "n_points", "n_seeds_min",
+                          "reason / notes"],
                          fit_rows(list(s.fits), ("c", "b", "gamma"), ("size",))))
         out.append(table(["size", "x", "M range", "gain NLL(M_min) − NLL(M_max) [95% CI] (n)"],
                          [[g.size, num(g.x), f"{g.m_min}→{g.m_max}", interval(g.gain.mean, g.gain.lo, g.gain.hi, g.gain.n)]

@@ -1,4 +1,5 @@
-"""Seed statistics: summaries with t-intervals, seeded bootstrap draws, percentile intervals.
+"""Seed statistics: summaries with t-intervals, seeded bootstrap draws, percentile intervals,
+and trends over sizes (OLS on size means).
 
 Every interval here is a two-sided 95 % interval (`LEVEL`). Bootstrap draws are keyed by a
 label (the size name) rather than by the cell, so two cells measured on the same seeds at a
@@ -11,6 +12,7 @@ import zlib
 from dataclasses import dataclass
 
 import numpy as np
+import statsmodels.api as sm
 from scipy import stats as sps
 
 LEVEL = 0.95  # two-sided coverage of every interval in the report
@@ -98,7 +100,11 @@ def _finite_or_none(value: float | int) -> float | int | None:
 
 @dataclass(frozen=True)
 class Trend:
-    """Slope of a per-size quantity against log10 x, with a seed-bootstrap interval."""
+    """Slope of a per-size quantity against log10 x: OLS over the size means, t(df) interval.
+
+    The residuals of the size means about the line carry both the seed noise and how far each
+    size strays from it, so the interval includes the between-size deviation. `span_decades` is
+    the measured range of log10 x: the slope holds over that span only."""
 
     slope: float
     lo: float
@@ -106,28 +112,39 @@ class Trend:
     n_points: int
     status: str
     reason: str = ""
+    df: int = 0
+    span_decades: float = math.nan
+    x_min: float = math.nan
+    x_max: float = math.nan
 
     def to_dict(self) -> dict:
         """Plain JSON form."""
         return {"slope_per_decade": _finite_or_none(self.slope),
                 "ci95": [_finite_or_none(self.lo), _finite_or_none(self.hi)],
-                "n_points": self.n_points, "status": self.status, "reason": self.reason}
+                "n_points": self.n_points, "status": self.status, "reason": self.reason, "df": self.df,
+                "method": "OLS over size means, t(df) interval",
+                "span_decades": _finite_or_none(self.span_decades),
+                "x_range": [_finite_or_none(self.x_min), _finite_or_none(self.x_max)]}
 
 
-TREND_MIN_POINTS = 3  # same rule as the curve fits: fewer sizes are not identifiable
+TREND_MIN_POINTS = 3  # a line through 2 size means has no residual df
 
 
-def trend(x: list[float], groups: list[list[tuple[str, np.ndarray, float]]], resamples: int, seed: int) -> Trend:
+def ols_trend(x: np.ndarray, y: np.ndarray) -> Trend:
+    """statsmodels OLS of y (one value per size) on log10 x, with the t(k - 2) interval of the slope."""
+    lx = np.log10(np.asarray(x, float))
+    res = sm.OLS(np.asarray(y, float), sm.add_constant(lx)).fit()
+    lo, hi = res.conf_int(alpha=1 - LEVEL)[1]
+    return Trend(float(res.params[1]), float(lo), float(hi), int(lx.size), "ok", df=int(res.df_resid),
+                 span_decades=float(np.ptp(lx)), x_min=float(np.min(x)), x_max=float(np.max(x)))
+
+
+def trend(x: list[float], groups: list[list[tuple[str, np.ndarray, float]]], resamples: int = 0, seed: int = 0) -> Trend:
     """Slope of sum(sign * mean(values)) per size vs log10 x; each size is a list of
-    (draw key, per-seed values, sign) groups (one paired group, or two unpaired ones)."""
+    (draw key, per-seed values, sign) groups (one paired group, or two unpaired ones).
+    `resamples` and `seed` are accepted for compatibility; the interval is analytic."""
     if len(x) < TREND_MIN_POINTS:
         return Trend(math.nan, math.nan, math.nan, len(x), "not_identifiable",
                      f"{len(x)} size(s) with >= 2 seeds, need >= {TREND_MIN_POINTS}")
-    lx = np.log10(np.asarray(x, float))
     point = np.array([sum(s * np.mean(v) for _, v, s in g) for g in groups])
-    boot = np.zeros((resamples, len(groups)))
-    for j, g in enumerate(groups):
-        for key, values, sign in g:
-            boot[:, j] += sign * bootstrap_means([(key, values)], resamples, seed)[:, 0]
-    lo, hi = percentile_ci(ols_slopes(lx, boot))
-    return Trend(float(ols_slopes(lx, point)), float(lo), float(hi), len(x), "ok")
+    return ols_trend(np.asarray(x, float), point)

@@ -2,8 +2,9 @@
 
 Every sentence here is generated from the analysis results, never written by hand: the gap to AR
 at each size with its interval and n and what it says (AR better, family better, inconclusive),
-the trend of the gap per decade of x and the multiplier k(x) at the largest measured size, the
-ensemble gain at the largest size, and warnings (runs on the unigram plateau, fits at a bound or
+the trend of the gap over the measured span of x, the multiplier k(x) only where it interpolates
+inside both curves' measured ranges (an extrapolated k never appears here), the ensemble gain at
+the largest size, the study's scope (`analysis.scope`), and warnings (runs on the unigram plateau, fits at a bound or
 not identifiable, sizes missing seeds, runs without records, sets that were not evaluated).
 """
 from __future__ import annotations
@@ -15,7 +16,9 @@ import polars as pl
 
 from analysis.fairness import BASELINE_METRIC, PLATEAU_MARGIN_NATS
 from analysis.gap import REFERENCE_FAMILY, REFERENCE_METRIC
+from analysis.multiplier import headline
 from analysis.report import Block, num
+from analysis.scope import scope_sentence, token_unit
 
 LISTED = 4  # names listed in one warning before "and N more"
 
@@ -87,24 +90,32 @@ def verdict(points) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _trend(gap, x: str) -> str:
+def _trend(gap, x: str, unit: str) -> str:
     t = gap.trend
     if t.status == "plateau":
         return "none (a run on the unigram plateau)"
     if t.status != "ok":
         return f"none ({t.status}: {t.reason})"
-    direction = "shrinks" if t.hi < 0 else "grows" if t.lo > 0 else "shows no significant trend"
-    return f"per decade of {x} it changes by {_ci(t.slope, t.lo, t.hi, f'{t.n_points} sizes')} nats/token: it {direction}"
+    direction = "it shrinks" if t.hi < 0 else "it grows" if t.lo > 0 else "no significant trend"
+    span = t.span_decades
+    return (f"over the measured {span:.2f} decades of {x} ({num(t.x_min)}–{num(t.x_max)}) Δ changes by "
+            f"{_ci(t.slope * span, t.lo * span, t.hi * span, f'{t.n_points} sizes')} {unit} "
+            f"(OLS over size means, t({t.df})): {direction}")
 
 
 def _multiplier(gap, x: str) -> str:
-    largest = max(p.x for p in gap.points)
-    m = max((m for m in gap.multipliers if m.x <= largest), key=lambda m: m.x, default=None)
+    m = headline(gap.multipliers, x)
     if m is None:
-        why = gap.multiplier_reason or "no measured size"
-        return "none (a run on the unigram plateau)" if "plateau" in why else f"none ({why})"
-    return (f"k at {x}={num(m.x)}: {num(m.k, 3)} [{num(m.lo, 3)}, {num(m.hi, 3)}] times AR's {x} to reach "
-            f"AR's loss (never reached in {m.unreached:.0%} of resamples)")
+        why = gap.multiplier_reason
+        if "plateau" in why:
+            return "none (a run on the unigram plateau)"
+        if why:
+            return f"none ({why})"
+        return ("not quoted: at every measured size the family would need a size outside its measured range "
+                "(extrapolated; see the multipliers table)")
+    return (f"k at {x}={num(m.x)}: {num(m.k, 3)} [{num(m.lo, 3)}, {num(m.hi, 3)}] times AR's {x} to reach AR's loss "
+            f"(the family's measured range holds the implied {num(m.x_family)}; never reached in {m.unreached:.0%} "
+            "of resamples)")
 
 
 def _n_text(point):
@@ -112,24 +123,25 @@ def _n_text(point):
     return point.delta.n if point.paired else f"{point.n_family} vs {point.n_reference}"
 
 
-def gap_sentence(gap, x: str) -> str:
+def gap_sentence(gap, x: str, unit: str = "nats/token") -> str:
     """One bullet: the gap at each size with interval and n, the verdict, the trend and k(x)."""
     sizes = "; ".join(f"{p.size} {_ci(p.delta.mean, p.delta.lo, p.delta.hi, _n_text(p))}" for p in gap.points)
-    return (f"{name(gap.family, gap.variant)} {gap.metric} − AR nll_l2r (nats/token): {sizes}. {verdict(gap.points)}. "
-            f"Trend: {_trend(gap, x)}. Multiplier k(x): {_multiplier(gap, x)}.")
+    return (f"{name(gap.family, gap.variant)} {gap.metric} − AR nll_l2r ({unit}): {sizes}. {verdict(gap.points)}. "
+            f"Trend: {_trend(gap, x, unit)}. Multiplier k(x): {_multiplier(gap, x)}.")
 
 
-def ensemble_sentence(study) -> str:
+def ensemble_sentence(study, unit: str = "nats/token") -> str:
     """The gain NLL(M_min) − NLL(M_max) at the largest size, and its trend."""
     who = name(study.family, study.variant)
     if not study.gains:
         return f"{who}: no ensemble gain (fewer than two M per size)."
     g = max(study.gains, key=lambda g: g.x)
     t = study.gain_trend
-    trend = (f" Gain trend {_ci(t.slope, t.lo, t.hi, f'{t.n_points} sizes')} nats per decade of size."
-             if t.status == "ok" else "")
+    trend = (f" Gain trend over the measured {t.span_decades:.2f} decades: "
+             f"{_ci(t.slope * t.span_decades, t.lo * t.span_decades, t.hi * t.span_decades, f'{t.n_points} sizes')} "
+             f"{unit} (OLS over size means, t({t.df}))." if t.status == "ok" else "")
     return (f"Ensemble gain of {who} at {g.size}: NLL(M={g.m_min}) − NLL(M={g.m_max}) = "
-            f"{_ci(g.gain.mean, g.gain.lo, g.gain.hi, g.gain.n)} nats/token.{trend}")
+            f"{_ci(g.gain.mean, g.gain.lo, g.gain.hi, g.gain.n)} {unit}.{trend}")
 
 
 def plateau_runs(plateau: pl.DataFrame | None) -> tuple[list[str], int]:
@@ -150,13 +162,16 @@ def plateau_runs(plateau: pl.DataFrame | None) -> tuple[list[str], int]:
 def fit_warnings(fits) -> list[str]:
     """Fits at a bound and fits that are not identifiable."""
     out = []
-    for status, what in (("at_bound", "have a parameter at its search bound (a flat curve, or no irreducible loss identified: "
-                                      "not extrapolated; the fits table says which)"),
+    for status, what in (("reduced", "take the reduced form A*x^-alpha (E not identified, or the full form would be "
+                                     "saturated; E fixed at 0, named in the fits table)"),
+                         ("saturated", "are saturated (0 residual df: no interval, not used)"),
+                         ("at_bound", "have a parameter at its search bound (a flat or step-like curve: not drawn, not "
+                                      "extrapolated; the fits table says which)"),
                          ("not_identifiable", "are not identifiable")):
         hit = [f for f in fits if f.status == status]
         if hit:
             names = [f"{f.labels['family']} {f.labels['metric']}" + (f" M={f.labels['m']}" if f.labels.get("m") else "")
-                     + f"/{f.labels['dataset']}" for f in hit]
+                     + (f" at {f.labels['size']}" if f.labels.get("size") else "") + f"/{f.labels['dataset']}" for f in hit]
             out.append(f"{len(hit)} of {len(fits)} power-law fits {what}: {_listing(names)}.")
     return out
 
@@ -186,20 +201,24 @@ def build_summary(a) -> Summary:
     answer = []
     gaps = sorted((g for g in a.gaps if (g.dataset, g.split) == (dataset, split)),
                   key=lambda g: (g.metric != "nll_l2r", g.family, g.variant, g.metric))
-    answer += [gap_sentence(g, a.x) for g in gaps]
+    unit = token_unit(final)
+    scope = scope_sentence(final, getattr(a.inputs, "specs", None), (dataset, split), a.x)
+    answer += [gap_sentence(g, a.x, unit) for g in gaps]
     if not gaps:
         answer.append("No gap to AR: " + ("; ".join(a.gap_notes) or f"no comparable runs on {dataset}/{split}") + ".")
     for s in a.ensembles:
         if (s.dataset, s.split) == (dataset, split):
-            answer.append(ensemble_sentence(s))
+            answer.append(ensemble_sentence(s, unit))
+    answer += [scope] if scope else []
     plateau, n_checked = plateau_runs(a.plateau)
     warnings = []
     if plateau:
         warnings.append(f"{len(plateau)} of {n_checked} runs are on the unigram plateau (less than {PLATEAU_MARGIN_NATS} "
-                        f"nats/token below it): {_listing(plateau)}. Gaps involving them say nothing about the families.")
+                        f"{unit} below it): {_listing(plateau)}. Gaps involving them say nothing about the families.")
     elif not n_checked:
         warnings.append(f"No {BASELINE_METRIC} records: whether runs left the unigram plateau is unchecked.")
-    warnings += fit_warnings(a.fits) + seed_warnings(a.cells) + set_warnings(final, (dataset, split))
+    warnings += (fit_warnings(list(a.fits) + [f for e in a.ensembles for f in e.fits]) + seed_warnings(a.cells)
+                 + set_warnings(final, (dataset, split)))
     if a.inputs.missing_runs:
         warnings.append(f"{len(a.inputs.missing_runs)} run(s) have no eval.parquet: {_listing(list(a.inputs.missing_runs))}.")
     warnings += [f"{n}." for n in a.notes if not n.startswith(("run without eval.parquet", "no nll_unigram records"))]

@@ -24,6 +24,9 @@ number can be traced to how it was measured:
   suite          the evaluation suite the row was measured with (jobs.evaluate --suite)
   run_steps      the steps the run was planned for: a row with step < run_steps scored a partial
                  checkpoint (jobs.evaluate --allow-partial), not the run's result
+  n_layer        the core's depth (the summary states depth changes between rungs)
+Per-token units are exact: under the `bytes` tokenizer a token is a byte, so a `nats/token`
+value is written as `nats/byte` (`run_context` carries the run's token unit to `record`).
 `se` is the sampling standard error over the evaluated windows, sd(per-window values) / sqrt(n),
 which counts the choice of windows and the Monte-Carlo draws together (jobs.eval.windows; the
 per-window values are in the run's eval_windows.parquet); for fractions (lambada_acc, infill_em) it
@@ -39,6 +42,7 @@ import polars as pl
 
 from jobs.data.ledger import ledger_columns
 from jobs.run.files import atomic_write_bytes
+from models.ladder import get_shape
 
 EVAL_FILE = "eval.parquet"
 FACTOR_PREFIX = "factor_"  # optional columns: a run's level of each factor of a factorial design
@@ -57,10 +61,12 @@ EXTRA_SCHEMA: dict[str, pl.DataType] = {
     "chunking": pl.String, "eval_seed": pl.Int64, "role": pl.String, "device": pl.String,
     "precision": pl.String, "coverage_tokens": pl.Int64, "split_tokens": pl.Int64,
     "budget_flops": pl.Float64, "plan_tokens": pl.Int64, "epochs": pl.Float64, "unique_tokens": pl.Int64,
-    "suite": pl.String, "run_steps": pl.Int64,
+    "suite": pl.String, "run_steps": pl.Int64, "n_layer": pl.Int64,
 }
 SCHEMA = {**CONTRACT_SCHEMA, **EXTRA_SCHEMA}
-UNITS = ("nats/token", "bits/byte", "ppl", "s", "fraction")
+UNITS = ("nats/token", "nats/byte", "bits/byte", "ppl", "s", "fraction")
+TOKEN_UNIT = "_token_unit"  # context key (not a column): what one token is under the run's tokenizer
+BYTE_TOKENIZERS = ("bytes",)
 # A new evaluation replaces earlier rows with the same key (latest setting wins per estimator).
 REPLACE_KEY = ("dataset", "split", "metric", "estimator", "weights")
 
@@ -76,8 +82,9 @@ def run_context(spec, counts: dict[str, int], flops_per_token: int, step: int, w
         "study": spec.study, "run_id": spec.run_id, "family": spec.family, "variant": spec.variant,
         "size": spec.size, "n_params": int(counts["core"]), "n_params_family": int(counts["family_non_embedding"]),
         "tokens": tokens, "flops": float(flops_per_token) * tokens, "seed": spec.seed, "step": int(step),
-        "weights": weights, "role": spec.role, "run_steps": int(spec.steps), **factor_columns(spec), **plan_columns(spec),
-        **ledger_columns(spec, tokens),
+        "weights": weights, "role": spec.role, "run_steps": int(spec.steps), "n_layer": get_shape(spec.size).n_layer,
+        **factor_columns(spec), **plan_columns(spec), **ledger_columns(spec, tokens),
+        TOKEN_UNIT: "nats/byte" if spec.tokenizer in BYTE_TOKENIZERS else "nats/token",
     }
 
 
@@ -108,6 +115,8 @@ def record(context: dict[str, Any], *, dataset: str, split: str, metric: str, va
         raise ValueError(f"record: unknown column(s) {unknown}; valid extras: {sorted(EXTRA_SCHEMA)}")
     if unit not in UNITS:
         raise ValueError(f"record: unit {unit!r} must be one of {UNITS}")
+    if unit == "nats/token":
+        unit = context.get(TOKEN_UNIT, unit)
     return {**context, "dataset": dataset, "split": split, "metric": metric, "value": float(value),
             "se": None if se is None else float(se), "n_samples": int(n_samples), "m": m, "unit": unit,
             **extra}

@@ -33,7 +33,7 @@ def test_two_studies_are_fitted_apart_exactly_as_each_alone(tmp_path):
         twin = both[("low", family, metric)]
         assert twin["variant"] == f"low:{fit['variant']}"
         assert twin["params"] == fit["params"]  # the other study took no part in this fit
-        assert both[("high", family, metric)]["params"]["E"]["value"] > fit["params"]["E"]["value"]
+        assert both[("high", family, metric)]["params"]["A"]["value"] > fit["params"]["A"]["value"]
     table = pl.read_parquet(tmp_path / "both" / "tables" / "fits.parquet")
     assert table.columns[0] == "study" and sorted(table["study"].unique().to_list()) == ["high", "low"]
     gaps = pl.read_parquet(tmp_path / "both" / "tables" / "gap.parquet")
