@@ -133,8 +133,9 @@ ROLES = ("compared", "judge")
 # hash, so every run id from before they existed is unchanged.
 LATE_DEFAULTS: dict[str, Any] = {"text_field": "text"}
 # Model options added after run ids were first handed out, at their defaults (models' option
-# schemas): left out of the hash the same way. pos: the position encoding (learned | rope).
-LATE_OPTION_DEFAULTS: dict[str, Any] = {"pos": "learned"}
+# schemas): left out of the hash the same way. pos: the position encoding (learned | rope); init:
+# the weight initialisation (gpt2 | official); mask_prob: MDM's masking probability (t | mdlm).
+LATE_OPTION_DEFAULTS: dict[str, Any] = {"pos": "learned", "init": "gpt2", "mask_prob": "t"}
 _NO_DEFAULT = object()
 HASHED_FIELDS = tuple(f.name for f in dataclasses.fields(RunSpec) if f.name not in UNHASHED_FIELDS)
 

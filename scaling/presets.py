@@ -95,9 +95,16 @@ def quickstart() -> dict[str, Any]:
     return {**CPU_BASE, **QUICKSTART, "arms": [DEFAULT_ARMS[f] for f in QUICKSTART_FAMILIES]}
 
 
+# MDLM's own time conventions (kuleshov-group/mdlm; docs/recipe-fidelity.md): masking w.p.
+# (1 - eps)·t and stratified antithetic times. The `paper` preset's MDM arm trains with them.
+MDLM_CONVENTIONS: dict[str, Any] = {"mask_prob": "mdlm", "antithetic": "stratified"}
+
+
 def paper() -> dict[str, Any]:
     """125M/350M/760M on OpenWebText, every family on the official AO-GPT network with EMA 0.9999, 3 seeds."""
-    return {**PAPER_BASE, "arms": _family_arms(), "eval_suite": "paper"}
+    arms = [Arm(a.family, {**dict(a.options), **MDLM_CONVENTIONS}) if dict(a.options).get("loss") == "mdlm" else a
+            for a in _family_arms()]
+    return {**PAPER_BASE, "arms": arms, "eval_suite": "paper"}
 
 
 def network() -> dict[str, Any]:
