@@ -14,6 +14,7 @@ from typing import Any
 from models.ladder import GPT3_RUNGS
 
 from .arms import DEFAULT_ARMS, NETWORKS, PAPER_EMA, Arm
+from .review_presets import CPU_PRESETS
 
 CPU_BASE: dict[str, Any] = {
     "sizes": ["0.1M", "0.3M", "1M"], "seeds": 2, "tokenizer": "bytes", "corpus": "shakespeare",
@@ -158,6 +159,7 @@ def factorial() -> dict[str, Any]:
 PRESETS: dict[str, Callable[[], dict[str, Any]]] = {
     "quickstart": quickstart, "laptop": laptop, "paper": paper, "network": network, "pos": pos, "pe": pe,
     "ema": ema, "l2r-mix": l2r_mix, "orders": orders, "factorial": factorial,
+    **CPU_PRESETS,  # the same questions at CPU scale (scaling/review_presets.py)
 }
 
 
