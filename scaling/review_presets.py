@@ -48,7 +48,7 @@ def _arms(preset: str) -> list[Arm]:
 
 
 def pe_cpu() -> dict[str, Any]:
-    """The 4 target-position injections on learned positions at 0.1M/0.3M-ish, 2,000 steps, 3 seeds."""
+    """The 4 target-position injections on learned positions at 0.1M and 3/80/2, 2,000 steps, 3 seeds."""
     return _settings(2000, _arms("pe"), sizes=["0.1M", "3/80/2"], network="gpt2")
 
 
