@@ -130,8 +130,7 @@ def _interval(row: dict, digits: int = 3) -> str:
 
 def points_table(points: pl.DataFrame, metrics: tuple[str, ...]) -> str:
     """Markdown: one row per (metric, m, variant), one column per size; mean [95 % CI] (n)."""
-    rows = points.filter(pl.col("metric").is_in(list(metrics)) & (pl.col("split") != "samples") |
-                         pl.col("metric").str.starts_with("gen_") & pl.col("metric").is_in(list(metrics)))
+    rows = points.filter(pl.col("metric").is_in(list(metrics)))
     if rows.is_empty():
         return "_no records for these metrics_\n"
     sizes = sorted(rows["size"].unique().to_list(), key=_size_key)
@@ -185,17 +184,17 @@ def section_md(preset: str, run: dict, report_dir: Path) -> str:
     fits = json.loads((report_dir / "fits.json").read_text())
     points = pl.read_csv(report_dir / "tables" / "points.csv")
     plateau = fits.get("plateau_runs", [])
+    wall = (f"**Wall time.** {run['wall_s'] / 60:.1f} min (exit {run['rc']}); load average "
+            f"{run['load_before'][0]:.2f} before, {run['load_after'][0]:.2f} after.\n\n")
+    answer = ("**Answer** (the study's tables; mean over seeds [95 % t-interval] (n seeds); nats/byte unless "
+              "the metric says otherwise):\n\n")
+    stuck = (f"\n**Runs on the unigram plateau** ({len(plateau)}; their comparisons are not answers): "
+             f"{', '.join(plateau) or 'none'}.\n")
     out = [f"## {section.title}\n\n", f"**Question.** {section.question}\n\n",
-           f"**Command.** `{run['command']}`\n\n",
-           f"**Wall time.** {run['wall_s'] / 60:.1f} min (exit {run['rc']}); load average "
-           f"{run['load_before'][0]:.2f} before, {run['load_after'][0]:.2f} after.\n\n",
-           "**Answer** (the study's tables; mean over seeds [95 % t-interval] (n seeds); nats/byte unless the "
-           "metric says otherwise):\n\n", points_table(points, section.metrics), factorial_md(report_dir / "tables" /
-                                                                                        "factorial.csv"),
-           ensemble_md(fits) if "nll_ensemble" in section.metrics else "",
-           f"\n**Runs on the unigram plateau** ({len(plateau)}; their comparisons are not answers): "
-           f"{', '.join(plateau) or 'none'}.\n", "\n**What this cannot say.**\n\n",
-           *[f"- {c}\n" for c in (*section.caveats, *COMMON_CAVEATS)]]
+           f"**Command.** `{run['command']}`\n\n", wall, answer, points_table(points, section.metrics),
+           factorial_md(report_dir / "tables" / "factorial.csv"),
+           ensemble_md(fits) if "nll_ensemble" in section.metrics else "", stuck,
+           "\n**What this cannot say.**\n\n", *[f"- {c}\n" for c in (*section.caveats, *COMMON_CAVEATS)]]
     return "".join(out)
 
 
