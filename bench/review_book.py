@@ -44,6 +44,7 @@ class Section:
     question: str
     metrics: tuple[str, ...]
     caveats: tuple[str, ...]
+    ema_effect: bool = False  # add the EMA - raw table (tables/ema_effect.csv)
 
 
 SECTIONS: dict[str, Section] = {
@@ -70,7 +71,12 @@ SECTIONS: dict[str, Section] = {
          "contrast is measured on top of that (pe-cpu measures it on learned positions).",
          "At 1,000 steps the EMA warm-up min(0.9999, (1+n)/(10+n)) caps the decay at 0.991: the EMA factor is "
          "'warm-up EMA vs raw weights', not the paper's 0.9999 average.",
-         "The factorial's intervals pool the within-cell variance over cells (no seed pairing).")),
+         "The factorial's intervals pool the within-cell variance over cells (no seed pairing).",
+         "The report compares one kind of weights, and rate-0 runs have only raw ones, so every table here is on "
+         "raw weights: with equal seeds the EMA arms train identical raw weights, so the factorial's EMA main "
+         "effect and its interactions are zero by construction. EMA's effect is the EMA − raw table below "
+         "(paired by seed within each run); an EMA-aware factorial needs the analysis to score each arm with its "
+         "own weights."), ema_effect=True),
     "pe-cpu": Section(
         "Target-position injection (Figures 6-7)",
         "Vanilla PE (input), the same PE in every layer, a different PE in every layer, adaLN.",
@@ -84,7 +90,9 @@ SECTIONS: dict[str, Section] = {
         ("'No EMA' is rate 0: the EMA object is off and the raw weights are scored; every EMA run also scores "
          "its raw weights (the `weights` column), so raw vs EMA is paired within runs.",
          "Below 8,991 steps the warm-up min(rate, (1+n)/(10+n)) caps 0.999 and 0.9999 at the same decay: their "
-         "arms are the same computation and must agree; only 0 vs 0.99 vs the capped average differ at 1,500 steps.")),
+         "arms are the same computation and must agree; only 0 vs 0.99 vs the capped average differ at 1,500 steps.",
+         "The arm table is on raw weights (the report compares one kind; rate-0 runs have only raw), identical "
+         "across rates for equal seeds: the answer is the EMA − raw table."), ema_effect=True),
     "mdm-loss-cpu": Section(
         "Encoder objectives",
         "SEDD, RADD (k-DCE) and MDLM losses on one network: training loss and evaluated bound.",
@@ -150,6 +158,11 @@ def _size_key(size: str) -> float:
     return core_params(get_shape(size))
 
 
+def _signed(value: float | None) -> str:
+    """+0.1234, or — where the table has no value (one seed per cell: no interval)."""
+    return "—" if value is None or value != value else f"{value:+.4f}"
+
+
 def factorial_md(path: Path) -> str:
     """The factorial's effects (estimate [95 % CI], n, dof) per size and metric."""
     if not path.exists():
@@ -159,8 +172,18 @@ def factorial_md(path: Path) -> str:
              "| size | metric | effect | contrast | estimate [95 % CI] | n | dof |", "|---|---|---|---|---|---|---|"]
     for r in frame.iter_rows(named=True):
         lines.append(f"| {r['size']} | {r['metric']} | {r['effect']} | {r['contrast']} | "
-                     f"{r['estimate']:+.4f} [{r['lo']:+.4f}, {r['hi']:+.4f}] | {r['n']} | {r['dof']} |")
+                     f"{_signed(r['estimate'])} [{_signed(r['lo'])}, {_signed(r['hi'])}] | {r['n']} | {r['dof']} |")
     return "\n".join(lines) + "\n"
+
+
+def ema_md(path: Path) -> str:
+    """EMA − raw weights per arm and size, paired by seed (the report's ema_effect table)."""
+    if not path.exists():
+        return "\n_no run scored both EMA and raw weights_\n"
+    frame = pl.read_csv(path)
+    frame = frame if "m" in frame.columns else frame.with_columns(m=pl.lit(None, pl.Int64))
+    return ("\n**EMA − raw weights** (paired by seed within each run; negative: EMA helps):\n\n"
+            + points_table(frame, ("nll_anyorder", "nll_l2r")))
 
 
 def ensemble_md(fits: dict) -> str:
@@ -193,7 +216,8 @@ def section_md(preset: str, run: dict, report_dir: Path) -> str:
     out = [f"## {section.title}\n\n", f"**Question.** {section.question}\n\n",
            f"**Command.** `{run['command']}`\n\n", wall, answer, points_table(points, section.metrics),
            factorial_md(report_dir / "tables" / "factorial.csv"),
-           ensemble_md(fits) if "nll_ensemble" in section.metrics else "", stuck,
+           ensemble_md(fits) if "nll_ensemble" in section.metrics else "",
+           ema_md(report_dir / "tables" / "ema_effect.csv") if section.ema_effect else "", stuck,
            "\n**What this cannot say.**\n\n", *[f"- {c}\n" for c in (*section.caveats, *COMMON_CAVEATS)]]
     return "".join(out)
 

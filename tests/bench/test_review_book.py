@@ -31,3 +31,18 @@ def test_every_section_names_a_cpu_preset_and_unknown_presets_exit_2():
     with pytest.raises(SystemExit) as exit_info:
         review_book.parse(["--presets", "nope"])
     assert exit_info.value.code == 2
+
+
+def test_the_ema_sections_quote_the_ema_minus_raw_table(tmp_path):
+    import polars as pl
+
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    pl.DataFrame({"family": ["aogpt"], "variant": ["adaln+ema0.99+mix:0.1"], "size": ["0.1M"],
+                  "dataset": ["shakespeare"], "split": ["validation"], "metric": ["nll_anyorder"], "mean": [-0.012],
+                  "std": [0.004], "n": [3], "se": [0.0023], "lo": [-0.022], "hi": [-0.002]}
+                 ).write_csv(tables / "ema_effect.csv")
+    text = review_book.ema_md(tables / "ema_effect.csv")
+    assert "-0.012 [-0.022, -0.002] (n=3)" in text and "adaln+ema0.99+mix:0.1" in text
+    assert review_book.SECTIONS["ema-cpu"].ema_effect and review_book.SECTIONS["factorial-cpu"].ema_effect
+    assert "no run scored both" in review_book.ema_md(tmp_path / "missing.csv")
