@@ -327,12 +327,33 @@ def column_major(weight: torch.Tensor) -> torch.Tensor:
     return weight.t().contiguous().t()
 
 
-def init_weights(module: nn.Module, n_layer: int) -> None:
+# Weight initialisations (the `init` network option): gpt2 draws N(0, 0.02) untruncated and starts
+# the start token at zero; official (scxue/AO-GPT-MDM `_init_weights`) draws every weight and
+# embedding, the start token (`wnonee`) included, from N(0, std) truncated at ±3 std.
+INITS = ("gpt2", "official")
+
+
+def _normal(p: torch.Tensor, std: float, init: str) -> None:
+    if init == "official":
+        nn.init.trunc_normal_(p, 0.0, std, -3 * std, 3 * std)
+    else:
+        nn.init.normal_(p, 0.0, std)
+
+
+def init_weights(module: nn.Module, n_layer: int, init: str = "gpt2") -> None:
     """GPT-2 initialisation: N(0, 0.02) for weights, zero biases, residual projections
-    scaled by 1/sqrt(2·n_layer) (Radford et al. 2019), as in nanoGPT and AO-GPT."""
+    scaled by 1/sqrt(2·n_layer) (Radford et al. 2019), as in nanoGPT and AO-GPT; `init`
+    "official" truncates each normal at ±3σ as the AO-GPT code does."""
     for name, p in module.named_parameters():
         if name.endswith("bias"):
             nn.init.zeros_(p)
         elif p.dim() >= 2:
             std = 0.02 / math.sqrt(2 * n_layer) if name.endswith("proj.weight") else 0.02
-            nn.init.normal_(p, 0.0, std)
+            _normal(p, std, init)
+
+
+def init_start(start: torch.Tensor, init: str) -> None:
+    """The start token's embedding: zero under gpt2, N(0, 0.02) truncated at ±3σ under official
+    (the AO-GPT code's `wnonee` is an embedding table initialised like the others)."""
+    with torch.no_grad():
+        start.zero_() if init == "gpt2" else _normal(start, 0.02, init)

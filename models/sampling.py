@@ -25,7 +25,9 @@ import torch
 from .core import KVCache
 from .likelihood import mdm_level
 
-SCHEDULES = ("linear", "cosine", "bernoulli")
+# linear/cosine round the masked count; linear-trunc/cosine-trunc are the official AO-GPT
+# generator's rule (float32, int() truncation of the generated count); docs/recipe-fidelity.md
+SCHEDULES = ("linear", "cosine", "linear-trunc", "cosine-trunc", "bernoulli")
 MDM_SAMPLERS = ("ancestral", "analytic", "euler")
 
 
@@ -139,6 +141,23 @@ def _deterministic_counts(kind: str, length: int, steps: int) -> list[int]:
     return counts
 
 
+def official_counts(kind: str, length: int, steps: int) -> list[int]:
+    """The official AO-GPT generator's tokens per step (scxue/AO-GPT-MDM `generate`): with
+    m = schedule(linspace(1, 0, steps + 1)) in float32 (linear: m = t; cosine: cos((1 - t)·π/2)),
+    n_i = max(int(L·(1 - m_i)), n_{i-1} + 1) tokens are generated after step i, truncated toward
+    zero; aoscale's `linear`/`cosine` round the masked count instead. Capped at L; the last step
+    takes what is left."""
+    t = torch.linspace(1, 0, steps + 1, dtype=torch.float32)
+    masked = t if kind == "linear" else torch.cos((1 - t) * math.pi * 0.5)
+    counts, done = [], 0
+    for i in range(1, steps + 1):
+        k = min(length - done, max(int(length * (1 - masked[i])) - done, 1))
+        counts.append(k)
+        done += k
+    counts[-1] += length - done
+    return counts
+
+
 def bernoulli_counts(length: int, steps: int, generator=None) -> list[int]:
     """Paper Lemma 5.1 with α_t = 1 - t on t_i = 1 - i/steps: k_i ~ Binomial(#masked, p_i),
     p_i = (α_{t_{i+1}} - α_{t_i}) / (1 - α_{t_i}) = 1 / (steps - i); the last step reveals the rest."""
@@ -160,6 +179,8 @@ def step_counts(schedule: str, length: int, steps: int, generator=None) -> list[
         raise ValueError(f"steps: must be a positive integer, got {steps!r}")
     if schedule == "bernoulli":
         return bernoulli_counts(length, steps, generator)
+    if schedule.endswith("-trunc"):
+        return official_counts(schedule.removesuffix("-trunc"), length, steps)
     return _deterministic_counts(schedule, length, steps)
 
 

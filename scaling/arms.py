@@ -25,11 +25,12 @@ NETWORK_KEYS = tuple(COMMON_OPTIONS)
 _GPT2 = {key: default for key, (default, _) in COMMON_OPTIONS.items()}
 # Named networks. gpt2: LayerNorm, tied head, learned positions (Radford et al. 2019; the
 # families' defaults). official: the AO-GPT code's RMSNorm (eps 1e-5), per-head QK RMSNorm,
-# untied head with bias, learned positions (scxue/AO-GPT-MDM; docs/DESIGN.md §12). Either takes
+# untied head with bias, learned positions and its initialisation (normals truncated at ±3σ, start
+# token N(0, 0.02); scxue/AO-GPT-MDM; docs/DESIGN.md §12). Either takes
 # overrides: `gpt2,pos=rope` is GPT-2's network with rotary positions (see `network_options`).
 NETWORKS: dict[str, dict[str, Any]] = {
     "gpt2": _GPT2,
-    "official": {**_GPT2, "norm": "rmsnorm", "qk_norm": True, "tie_head": False},
+    "official": {**_GPT2, "norm": "rmsnorm", "qk_norm": True, "tie_head": False, "init": "official"},
 }
 
 

@@ -14,6 +14,8 @@ from typing import Any
 from models.ladder import GPT3_RUNGS
 
 from .arms import DEFAULT_ARMS, NETWORKS, PAPER_EMA, Arm
+from . import review_presets
+from .review_presets import CPU_PRESETS
 
 CPU_BASE: dict[str, Any] = {
     "sizes": ["0.1M", "0.3M", "1M"], "seeds": 2, "tokenizer": "bytes", "corpus": "shakespeare",
@@ -94,9 +96,16 @@ def quickstart() -> dict[str, Any]:
     return {**CPU_BASE, **QUICKSTART, "arms": [DEFAULT_ARMS[f] for f in QUICKSTART_FAMILIES]}
 
 
+# MDLM's own time conventions (kuleshov-group/mdlm; docs/recipe-fidelity.md): masking w.p.
+# (1 - eps)·t and stratified antithetic times. The `paper` preset's MDM arm trains with them.
+MDLM_CONVENTIONS: dict[str, Any] = {"mask_prob": "mdlm", "antithetic": "stratified"}
+
+
 def paper() -> dict[str, Any]:
     """125M/350M/760M on OpenWebText, every family on the official AO-GPT network with EMA 0.9999, 3 seeds."""
-    return {**PAPER_BASE, "arms": _family_arms(), "eval_suite": "paper"}
+    arms = [Arm(a.family, {**dict(a.options), **MDLM_CONVENTIONS}) if dict(a.options).get("loss") == "mdlm" else a
+            for a in _family_arms()]
+    return {**PAPER_BASE, "arms": arms, "eval_suite": "paper"}
 
 
 def network() -> dict[str, Any]:
@@ -191,7 +200,9 @@ PRESETS: dict[str, Callable[[], dict[str, Any]]] = {
     "quickstart": quickstart, "laptop": laptop, "paper": paper, "network": network, "pos": pos, "pe": pe,
     "ema": ema, "l2r-mix": l2r_mix, "orders": orders, "factorial": factorial,
     "frontier": frontier, "frontier-gpu": frontier_gpu,
+    **CPU_PRESETS,  # the same questions at CPU scale (scaling/review_presets.py)
 }
+review_presets.bind(PRESETS)  # the CPU versions reuse the GPU presets' arms
 
 
 def preset_settings(name: str) -> dict[str, Any]:

@@ -47,6 +47,10 @@ SUITES: dict[str, Suite] = {
     # that, past the quickstart's 10 minutes.
     "cpu": Suite(val_chunks=4096, k_mc=2, m_max=4, n_targets=16, ensemble_chunks=256,
                  zero_shot=("wikitext2",), zero_shot_chunks=4),
+    # CPU infilling and generation (scaling/review_presets.py `infill-cpu`): the cpu suite plus
+    # 8-token middle spans and 16 samples per step count, judged by the study's AR judge run
+    "cpu-gen": Suite(val_chunks=4096, k_mc=2, m_max=4, n_targets=16, ensemble_chunks=256,
+                     zero_shot=("wikitext2",), zero_shot_chunks=4, infill_span=8, generate=True),
     # isoFLOP studies with swept settings (the frontier preset): selection reads validation, the
     # report reads test; 512 windows of each, fewer MC draws and a short ensemble sweep (M <= 2, on
     # the 256 windows every suite's ensemble takes at least), since a frontier study evaluates ~150 small runs

@@ -255,7 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-samples", type=int_arg, default=16)
     p.add_argument("--length", type=int_arg, help="tokens per sample (default: the model's context)")
     p.add_argument("--steps", default="64", help="comma-separated step counts T (decoders, MDMs)")
-    p.add_argument("--schedule", default="linear", help="decoders: linear | cosine | bernoulli")
+    p.add_argument("--schedule", default="linear",
+                   help="decoders: linear | cosine | linear-trunc | cosine-trunc (the official rounding) | bernoulli")
     p.add_argument("--sampler", help="MDM: ancestral | analytic | euler")
     p.add_argument("--temperature", type=float_arg, default=1.0)
     p.add_argument("--top-p", type=float_arg, default=1.0)

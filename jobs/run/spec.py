@@ -142,8 +142,9 @@ ROLES = ("compared", "judge")
 LATE_DEFAULTS: dict[str, Any] = {"text_field": "text", "schedule": "cosine", "decay_fraction": 0.2,
                                  "branch_from": "", "branch_step": 0}
 # Model options added after run ids were first handed out, at their defaults (models' option
-# schemas): left out of the hash the same way. pos: the position encoding (learned | rope).
-LATE_OPTION_DEFAULTS: dict[str, Any] = {"pos": "learned"}
+# schemas): left out of the hash the same way. pos: the position encoding (learned | rope); init:
+# the weight initialisation (gpt2 | official); mask_prob: MDM's masking probability (t | mdlm).
+LATE_OPTION_DEFAULTS: dict[str, Any] = {"pos": "learned", "init": "gpt2", "mask_prob": "t"}
 _NO_DEFAULT = object()
 HASHED_FIELDS = tuple(f.name for f in dataclasses.fields(RunSpec) if f.metadata.get("hashed", True))
 

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core import NORMS, POSITIONS, CoreConfig, Transformer, column_major, init_weights
+from ..core import INITS, NORMS, POSITIONS, CoreConfig, Transformer, column_major, init_start, init_weights
 from ..ladder import Shape
 
 Validator = Callable[[Any], bool]
@@ -47,6 +47,9 @@ COMMON_OPTIONS: dict[str, tuple[Any, tuple[Validator, str]]] = {
     # no table, queries and keys rotated in every block (`Transformer.forward`'s `positions`; AO-GPT
     # passes target and own positions)
     "pos": ("learned", choice(*POSITIONS)),
+    # gpt2: untruncated N(0, 0.02) and a zero start token (nanoGPT/GPT-2); official: the AO-GPT
+    # code's normal truncated at ±3σ, the start token drawn like every embedding (models.core.INITS)
+    "init": ("gpt2", choice(*INITS)),
 }
 
 GROUPS = ("embedding", "core", "target_cond", "time_cond", "head")
@@ -167,7 +170,9 @@ class FamilyModel(nn.Module):
 
     def _init(self) -> None:
         if not _SKIP_INIT:
-            init_weights(self, self.shape.n_layer)
+            init_weights(self, self.shape.n_layer, self.options["init"])
+            if isinstance(getattr(self, "start", None), nn.Parameter):
+                init_start(self.start, self.options["init"])
 
     # ---- shared pieces -------------------------------------------------------------------
     def with_position(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

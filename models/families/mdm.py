@@ -3,7 +3,8 @@
 Bidirectional attention over x_t, where masked positions hold the mask token (id = vocab_size).
 SUBS parameterisation: the head never scores the mask token and unmasked positions are copied
 through, so only masked positions carry loss. Objectives (all mean nats per token of x_0):
-  mdlm  t ~ U(eps, 1), each token masked w.p. t, weight 1/t                 (MDLM, log-linear)
+  mdlm  t ~ U(eps, 1), each token masked w.p. t, weight 1/t                 (MDLM, log-linear;
+        `mask_prob = "mdlm"` masks w.p. (1 - eps)·t as MDLM's code does, same weight)
   kdce  k ~ U{1..L} masked uniformly at random, weight L/k                   (RADD's any-order form)
   sedd  score entropy for the absorbing process, log-linear noise, σ(t) via adaLN (SEDD)
 `time_cond` feeds the noise level (t, k/L or σ̄(t)) through a sinusoid -> MLP -> adaLN; it is on
@@ -20,9 +21,10 @@ from torch import nn
 
 from .. import sampling as sm
 from ..likelihood import mask_tokens, mdm_level, row_chunks, sedd_entropy
-from .base import COMMON_OPTIONS, FamilyModel, FamilySpec, boolean, choice, positive_int
+from .base import COMMON_OPTIONS, FamilyModel, FamilySpec, choice, positive_int
 
 LOSSES = ("mdlm", "kdce", "sedd")
+MASK_PROBS = ("t", "mdlm")
 NOISE_EPS = 1e-3  # log-linear schedule floor, as in SEDD/MDLM
 TIME_FREQ_DIM = 256  # sinusoidal width of the noise-level embedding (SEDD/DiT)
 
@@ -39,7 +41,11 @@ class MDM(FamilyModel):
         "time_cond": (None, (lambda v: v is None or isinstance(v, bool), "true or false")),
         "cond_dim": (128, positive_int()),
         "eps": (NOISE_EPS, (_unit_interval, "a number in [0, 1)")),
-        "antithetic": (True, boolean()),
+        # True: one shared uniform shifted by i/B (aoscale's); "stratified": MDLM's `_sample_t`, an
+        # independent uniform inside each bin [i/B, (i+1)/B); False: independent uniforms
+        "antithetic": (True, (lambda v: isinstance(v, bool) or v == "stratified", 'true, false or "stratified"')),
+        # t: mask w.p. t (aoscale's); mdlm: w.p. (1 - eps)·t, MDLM's log-linear move chance 1 - e^(-σ(t))
+        "mask_prob": ("t", choice(*MASK_PROBS)),
     }
     GROUP_PREFIXES = {"time_cond": ("time_mlp",)}
     MODULATION_GROUP = "time_cond"
@@ -77,11 +83,20 @@ class MDM(FamilyModel):
 
     # ---- objectives ----------------------------------------------------------------------
     def sample_t(self, batch: int, generator, device) -> torch.Tensor:
-        """Times in [0, 1); antithetic (evenly spread over the batch) by default, as MDLM."""
-        u = torch.rand(batch if not self.options["antithetic"] else 1, generator=generator, device=device)
-        if self.options["antithetic"]:
-            u = (u + torch.arange(batch, device=device) / batch) % 1.0
-        return u
+        """Times [batch] in [0, 1), each marginally U(0, 1). `antithetic` True (the default): one
+        shared uniform u shifted by i/B, (u + i/B) mod 1, so the B times are evenly spaced and
+        determined by u (a systematic sample; not MDLM's). "stratified" (MDLM's `_sample_t`): an
+        independent uniform inside each bin, (u_i + i)/B. False: B independent uniforms."""
+        mode = self.options["antithetic"]
+        u = torch.rand(1 if mode is True else batch, generator=generator, device=device)
+        if mode is False:
+            return u
+        bins = torch.arange(batch, device=device) / batch
+        return (u + bins) % 1.0 if mode is True else u / batch + bins
+
+    def mask_chance(self, t: torch.Tensor) -> torch.Tensor:
+        """P(a token is masked at time t) of the `mdlm` objective: t, or MDLM's (1 - eps)·t."""
+        return t if self.options["mask_prob"] == "t" else (1 - self.options["eps"]) * t
 
     def loss(self, tokens, generator=None):
         return LOSS_FNS[self.options["loss"]](self, tokens, generator)
@@ -122,7 +137,7 @@ def _mdlm_loss(model: MDM, tokens, generator):
     B, L = tokens.shape
     eps = model.options["eps"]
     t = eps + (1 - eps) * model.sample_t(B, generator, tokens.device)  # [B]
-    mask = torch.rand(B, L, generator=generator, device=tokens.device) < t[:, None]
+    mask = torch.rand(B, L, generator=generator, device=tokens.device) < model.mask_chance(t)[:, None]
     nll = model.masked_nll(tokens, mask, t)
     return (nll.sum(1) / t).mean() / L
 

@@ -74,7 +74,8 @@ def test_bad_data_input_exits_2_naming_the_field(tmp_path, capsys):
     assert "has no documents" in _refused(tmp_path, capsys, "--corpus", str(empty))
     assert "eval_suite: zero-shot set 'ptb' cannot be had" in _refused(
         tmp_path, capsys, "--eval-suite", "quick:ptb")
-    assert "eval_suite: 'huge' is not one of quick, cpu, frontier, paper" in _refused(tmp_path, capsys, "--eval-suite", "huge")
+    refusal = _refused(tmp_path, capsys, "--eval-suite", "huge")
+    assert "eval_suite: 'huge' is not one of quick, cpu, cpu-gen, frontier, paper" in refusal
 
 
 def test_the_paper_preset_evaluates_with_the_paper_suite_and_holds_out_openwebtext():

@@ -90,7 +90,7 @@ def test_toml_arms_table(tmp_path):
     study = build_study({}, load_toml(path))
     (cell,) = study.cells
     assert cell.spec.options == {"target_pe": "input", "order": "l2r", "cond_dim": 128, "norm": "layernorm",
-                                 "qk_norm": False, "tie_head": True, "pos": "learned"}  # defaults resolved
+                                 "qk_norm": False, "tie_head": True, "pos": "learned", "init": "gpt2"}  # defaults resolved
     assert cell.spec.ema == 0.99 and cell.spec.variant == "input+ema0.99+l2r"
 
 
@@ -155,7 +155,8 @@ def test_paper_preset_is_the_ao_gpt_recipe():
     assert {(s.weight_decay, s.beta2, s.min_lr_ratio) for s in specs} == {(0.05, 0.95, 0.1)}
     aogpt = next(s for s in specs if s.family == "aogpt")
     assert aogpt.options == {"norm": "rmsnorm", "qk_norm": True, "tie_head": False, "cond_dim": 128,
-                             "target_pe": "adaln", "order": "mix:0.1", "pos": "learned"}  # learned positions, as the paper
+                             "target_pe": "adaln", "order": "mix:0.1", "pos": "learned",
+                             "init": "official"}  # learned positions and the official init, as the paper
     for spec in specs:  # every family on the official network with EMA 0.9999
         assert (spec.options["norm"], spec.options["qk_norm"], spec.options["tie_head"], spec.ema) == \
             ("rmsnorm", True, False, 0.9999)

@@ -1,0 +1,48 @@
+"""The results book's section writer, on the laptop reference report (real fits.json and tables)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import review_book  # noqa: E402
+
+LAPTOP = Path(__file__).resolve().parents[2] / "docs" / "results" / "laptop"
+RUN = {"command": "python -m scaling.launch --preset dec-enc-cpu", "wall_s": 600.0, "rc": 0,
+       "load_before": (1.0, 1.0, 1.0), "load_after": (2.0, 2.0, 2.0), "tail": ""}
+
+
+def test_a_section_quotes_the_reports_numbers_with_intervals_and_n():
+    text = review_book.section_md("dec-enc-cpu", RUN, LAPTOP)
+    assert "**Wall time.** 10.0 min" in text and "`python -m scaling.launch --preset dec-enc-cpu`" in text
+    # AO-GPT 0.1M's any-order NLL in the laptop points table: 2.779 [2.691, 2.867] over 3 seeds
+    assert "2.779 [2.691, 2.867] (n=3)" in text
+    assert "**Ensemble gain**" in text and "**What this cannot say.**" in text
+    assert "| aogpt | adaln+mix:0.1 | 0.3M | 1 → 4 | +0.0059 [+0.0010, +0.0109] | 3 |" in text
+    assert "Runs on the unigram plateau** (0" in text
+
+
+def test_every_section_names_a_cpu_preset_and_unknown_presets_exit_2():
+    from scaling.review_presets import CPU_PRESETS
+
+    assert set(review_book.SECTIONS) == set(CPU_PRESETS)
+    with pytest.raises(SystemExit) as exit_info:
+        review_book.parse(["--presets", "nope"])
+    assert exit_info.value.code == 2
+
+
+def test_the_ema_sections_quote_the_ema_minus_raw_table(tmp_path):
+    import polars as pl
+
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    pl.DataFrame({"family": ["aogpt"], "variant": ["adaln+ema0.99+mix:0.1"], "size": ["0.1M"],
+                  "dataset": ["shakespeare"], "split": ["validation"], "metric": ["nll_anyorder"], "mean": [-0.012],
+                  "std": [0.004], "n": [3], "se": [0.0023], "lo": [-0.022], "hi": [-0.002]}
+                 ).write_csv(tables / "ema_effect.csv")
+    text = review_book.ema_md(tables / "ema_effect.csv")
+    assert "-0.012 [-0.022, -0.002] (n=3)" in text and "adaln+ema0.99+mix:0.1" in text
+    assert review_book.SECTIONS["ema-cpu"].ema_effect and review_book.SECTIONS["factorial-cpu"].ema_effect
+    assert "no run scored both" in review_book.ema_md(tmp_path / "missing.csv")

@@ -1,0 +1,80 @@
+"""The CPU-scale review presets (scaling/review_presets.py): their design rules, and each one run end
+to end (train + evaluate every arm, in process) at 2 steps, 1 seed and its smallest size."""
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from jobs.executors import run_exclusive
+from scaling import launch, ledger
+from scaling.plan import cpu_hours, plan_rows
+from scaling.presets import PRESETS
+from scaling.review_presets import CPU_PRESETS, REAL_S_PER_RUN
+
+CPU_NAMES = sorted(CPU_PRESETS)
+GPU_TWINS = {"pe-cpu": "pe", "ema-cpu": "ema", "l2r-mix-cpu": "l2r-mix", "factorial-cpu": "factorial"}
+
+
+def _study(*argv: str):
+    args = launch.parser().parse_args(list(argv))
+    return launch.study_from_args(args)
+
+
+@pytest.mark.parametrize("name", CPU_NAMES)
+def test_cpu_preset_fits_40_minutes_with_3_seeds_and_2_sizes(name):
+    study = _study("--preset", name)
+    compared = [c.spec for c in study.cells if c.spec.role == "compared"]
+    assert len({s.seed for s in compared}) >= 3 and len({s.size for s in compared}) >= 2
+    flops = sum(row.flops for row in plan_rows(study))
+    assert cpu_hours(flops, 2) * 60 <= 40  # the dry-run's estimate
+    projected_min = cpu_hours(flops, 2) * 60 + len(study.cells) * REAL_S_PER_RUN / 2 / 60
+    assert projected_min <= 40  # with start-up and evaluation
+    assert {s.tokenizer for s in compared} == {"bytes"}
+
+
+@pytest.mark.parametrize("name", sorted(GPU_TWINS))
+def test_cpu_presets_ask_the_gpu_presets_question_and_leave_them_unchanged(name):
+    cpu, gpu = PRESETS[name](), PRESETS[GPU_TWINS[name]]()
+    assert [a.label for a in gpu["arms"]] == [a.label for a in cpu["arms"]][: len(gpu["arms"])]
+    assert set(gpu) == {"arms"}  # the GPU-scale presets still take sizes and budgets from their base
+
+
+def test_pe_runs_on_learned_positions_and_the_rest_on_rope():
+    for name in CPU_NAMES:
+        options = {c.spec.options["pos"] for c in _study("--preset", name).cells}
+        assert options == ({"learned"} if name == "pe-cpu" else {"rope"})
+
+
+def test_factorial_cpu_has_every_cell_and_sigma_gpt():
+    study = _study("--preset", "factorial-cpu", "--seeds", "1", "--sizes", "2/48/2")
+    cells = {tuple(sorted(c.factors)) for c in study.cells if c.factors}
+    assert len(cells) == 8
+    assert "sigma_gpt" in {c.spec.family for c in study.cells}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", CPU_NAMES)
+def test_cpu_preset_runs_end_to_end(name, tmp_path):
+    """The preset through the launcher's checks and ledger, then its first and last arm trained and
+    evaluated by the real pipeline in process (2 steps, 1 seed, smallest size, the quick suite: the
+    presets' own suites evaluate ~30 s per run)."""
+    sizes = PRESETS[name]()["sizes"]
+    args = launch.parser().parse_args(["--preset", name, "--sizes", sizes[0], "--seeds", "1", "--max-steps", "2",
+                                       "--eval-suite", "quick", "--study-dir", str(tmp_path / name)])
+    study, study_dir, _ = launch._check(args)
+    ledger.prepare(study_dir, study)
+    compared = [c for c in study.cells if c.spec.role == "compared"]
+    for cell in (compared[0], compared[-1]):
+        run_dir = ledger.run_dir(study_dir, cell.spec.run_id)
+        assert run_exclusive(run_dir) == "done"
+        records = pl.read_parquet(run_dir / "eval.parquet")
+        assert "nll_l2r" in set(records["metric"]) and set(records["step"]) == {2}
+
+
+def test_the_cpu_gen_suite_is_the_cpu_suite_plus_infilling_and_generation():
+    from dataclasses import replace
+
+    from jobs.data.suites import SUITES
+
+    assert SUITES["cpu-gen"] == replace(SUITES["cpu"], infill_span=8, generate=True)
+    assert PRESETS["infill-cpu"]()["eval_suite"] == "cpu-gen"
