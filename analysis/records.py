@@ -14,7 +14,7 @@ from pathlib import Path
 import polars as pl
 
 from analysis.record_values import check_values
-from analysis.run_health import run_records
+from analysis.run_health import group_notes, run_records
 from cli import InputError
 
 # column -> (kind, nullable); kinds: str, int, float (ints accepted and cast). CONTRACTS.md "Records".
@@ -152,7 +152,8 @@ def _load_study(study: Path) -> dict[str, list]:
         curve = _run_curve(run_dir)
         if curve is not None:
             out["curves"].append(curve)
-    out["notes"] = damage + [f"not evaluated in {len(runs)} run(s): {what}" for what, runs in sorted(unevaluated.items())]
+    out["notes"] = group_notes(damage) + [f"not evaluated in {len(runs)} run(s): {what}"
+                                          for what, runs in sorted(unevaluated.items())]
     if not out["frames"]:
         raise RecordsError(f"{study}/runs/*/eval.parquet: no usable records ({'; '.join(damage)[:300]}); relaunch the "
                            f"study to evaluate its runs")

@@ -55,6 +55,28 @@ def _not_the_result(frame: pl.DataFrame, spec: dict) -> str | None:
     return None
 
 
+SHOWN_RUNS = 6  # run ids a grouped note lists before "and N more"
+
+
+def group_notes(notes: list[str]) -> list[str]:
+    """Notes that say the same of several runs ("run <id>: <what>") as one line naming them, in
+    first-seen order, so one damage class of a big study is one warning, not one per run."""
+    groups: dict[str, list[str]] = {}
+    for note in notes:
+        head, sep, what = note.partition(": ")
+        run_id = head[len("run "):] if head.startswith("run ") and sep else None
+        groups.setdefault(what if run_id else note, []).append(run_id or "")
+    out = []
+    for what, ids in groups.items():
+        ids = [i for i in ids if i]
+        if len(ids) <= 1:
+            out.append(f"run {ids[0]}: {what}" if ids else what)
+            continue
+        more = f" and {len(ids) - SHOWN_RUNS} more" if len(ids) > SHOWN_RUNS else ""
+        out.append(f"{len(ids)} runs ({', '.join(ids[:SHOWN_RUNS])}{more}): {what.replace('its ', 'their ', 1)}")
+    return out
+
+
 def checkpoint_notes(run_dir: Path, name: str) -> list[str]:
     """Notes on a done run's checkpoints: none left, or the final one corrupt."""
     status = _read_json(run_dir / "status.json") or {}

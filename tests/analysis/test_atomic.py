@@ -58,3 +58,15 @@ def test_a_dead_writers_leftovers_are_removed_and_a_swapped_out_report_is_put_ba
     atomic.remove_stale(target)
     assert (target / "fits.json").read_text() == "v0"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]
+
+
+def test_notes_that_say_the_same_of_several_runs_are_one_line():
+    from analysis.run_health import group_notes
+
+    notes = [f"run r{i}: its checkpoints are missing (ckpt/ holds none)" for i in range(8)]
+    notes.insert(3, "run x: eval.parquet is unreadable")
+    assert group_notes(notes) == [
+        "8 runs (r0, r1, r2, r3, r4, r5 and 2 more): their checkpoints are missing (ckpt/ holds none)",
+        "run x: eval.parquet is unreadable"]
+    assert group_notes(["run a: its final checkpoint is corrupt", "a plain note"]) == [
+        "run a: its final checkpoint is corrupt", "a plain note"]

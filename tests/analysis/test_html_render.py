@@ -10,11 +10,12 @@ import pytest
 from matplotlib import image as mpimg
 
 from analysis import fit_curves
+from analysis.figures import family_colour
 from analysis.report import ANSWER_BG, WARNINGS_BG
 from tests.analysis import synth
 
 CHROMIUM = Path("/usr/bin/chromium")
-MPL_BLUE = np.array([31, 119, 180]) / 255  # matplotlib's first colour (C0), only drawn by the figures
+FAMILY_COLOURS = [np.array(family_colour(f)[:3]) for f in ("ar", "aogpt")]  # drawn only by the figures
 FIRST_SCREEN = (1200, 900)  # a laptop browser window, in CSS pixels
 
 
@@ -24,6 +25,11 @@ def _rgb(hex_colour: str) -> np.ndarray:
 
 def _pixels_of(pixels: np.ndarray, colour: np.ndarray) -> int:
     return int((np.abs(pixels - colour) < 0.02).all(axis=-1).sum())
+
+
+def _curve_pixels(pixels: np.ndarray) -> np.ndarray:
+    """Where a family's curve colour is painted."""
+    return np.any([(np.abs(pixels - c) < 0.04).all(axis=-1) for c in FAMILY_COLOURS], axis=0)
 
 
 def _screenshot(tmp_path, html: Path, size: tuple[int, int], name: str) -> np.ndarray:
@@ -42,11 +48,11 @@ def test_report_html_renders_with_figures(tmp_path):
     study = synth.write_study(tmp_path / "study", synth.records(families=("ar", "aogpt"), sizes=sizes))
     html = fit_curves.run([study], tmp_path / "report", bootstrap=20) / "report.html"
     pixels = _screenshot(tmp_path, html, (1200, 12000), "page.png")
-    blue = (np.abs(pixels - MPL_BLUE) < 0.04).all(axis=-1)
+    blue = _curve_pixels(pixels)
     assert blue.sum() > 200  # the embedded PNGs were decoded and painted
     assert pixels.std() > 0.05  # not a blank page
     first = _screenshot(tmp_path, html, FIRST_SCREEN, "first_screen.png")
     assert _pixels_of(first, _rgb(ANSWER_BG)) > 5000  # the summary's answer box
     assert _pixels_of(first, _rgb(WARNINGS_BG)) > 1000  # its warnings box
-    rows = np.flatnonzero((np.abs(first - MPL_BLUE) < 0.04).all(axis=-1).any(axis=1))
+    rows = np.flatnonzero(_curve_pixels(first).any(axis=1))
     assert rows.size and rows.max() - rows.min() > 150  # the first figure's curves, not just a strip of it
