@@ -8,7 +8,7 @@ import polars as pl
 
 from cli import InputError
 
-UNITS = ("nats/token", "bits/byte", "ppl", "s", "fraction")  # jobs.records.UNITS: the records contract
+UNITS = ("nats/token", "nats/byte", "bits/byte", "ppl", "s", "fraction")  # jobs.eval.records.UNITS: the contract
 FINITE = ("value", "flops", "se")  # se may be null (exact values), never NaN or inf
 NON_NEGATIVE = ("seed", "n_samples", "tokens", "step", "m", "flops", "se", "n_params_family")
 

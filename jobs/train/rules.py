@@ -21,11 +21,16 @@ def _options(field: str, value: Any) -> Any:
     return value
 
 
+# Tags a study's plan puts on a run (scaling.sweep; record columns by jobs.eval.records.plan_columns),
+# beside the tracking keys and the factor_* and sweep_* levels.
+PLAN_TAGS = ("budget_flops", "plan_tokens", "branch_step")
+
+
 def _tracking(field: str, value: Any) -> Any:
     """A run's tracking names: the study's [tracking] keys and its arm's factor_* levels."""
     table = dict(_options(field, value))
     for key, item in table.items():
-        if key not in WANDB_KEYS and not key.startswith("factor_"):
+        if key not in WANDB_KEYS + PLAN_TAGS and not key.startswith(("factor_", "sweep_")):
             raise rules.fail(f"{field}.{key}", item, "is not a known key", f"valid: {', '.join(WANDB_KEYS)}")
     if "mode" in table:
         rules.one_of(f"{field}.mode", table["mode"], WANDB_MODES)
