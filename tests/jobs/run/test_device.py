@@ -36,7 +36,7 @@ def test_evaluation_runs_where_and_how_the_run_trained(cuda, fields, expected):
 
 
 def test_an_unknown_compile_setting_names_the_field():
-    with pytest.raises(ValueError, match="^compile: 'yes' is unknown"):
+    with pytest.raises(ValueError, match="^compile: 'yes' is not one of auto, on, off"):
         validate(SPEC.replace(compile="yes"))
     assert SPEC.replace(compile="on").run_id == SPEC.run_id  # a resource setting: same run
 

@@ -289,7 +289,8 @@ def test_switching_engine_on_a_checkpointed_run_exits_2(tmp_path, capsys):
 
 
 def test_execute_run_trains_once_then_evaluates_once(tmp_path):
-    from jobs.pipeline import EVAL_FILE, execute_run
+    from jobs.eval.records import EVAL_FILE
+    from jobs.pipeline import execute_run
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
