@@ -20,6 +20,7 @@ import polars as pl
 import pytest
 
 from analysis import fit_curves
+from jobs.data.suites import SUITES
 from jobs.run.files import read_metrics, read_status
 from scaling import launch, ledger, status
 
@@ -151,7 +152,7 @@ def test_a_relaunch_with_another_suite_evaluates_every_run_again_and_another_nam
         records = pl.read_parquet(run_dir / "eval.parquet")
         assert set(records["suite"]) == {"cpu"}  # replaced, not merged with the quick suite's rows
         l2r = records.filter((pl.col("metric") == "nll_l2r") & (pl.col("split") == "validation"))
-        assert l2r["n_samples"].to_list() == [1024]  # the cpu suite's windows (quick: 8)
+        assert l2r["n_samples"].to_list() == [SUITES["cpu"].val_chunks]  # the cpu suite's windows (quick: 8)
         assert _starts(run_dir) == 1 and _final_ckpt(run_dir) == before[run_dir.name]
 
 
