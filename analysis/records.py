@@ -14,7 +14,7 @@ from pathlib import Path
 import polars as pl
 
 from analysis.record_values import check_values
-from analysis.run_health import group_notes, run_records
+from analysis.run_health import group_notes, read_json, run_records
 from cli import InputError
 
 # column -> (kind, nullable); kinds: str, int, float (ints accepted and cast). CONTRACTS.md "Records".
@@ -134,13 +134,13 @@ def _load_study(study: Path) -> dict[str, list]:
     unevaluated: dict[str, list[str]] = {}
     damage: list[str] = []
     for run_dir in sorted(p for p in (study / "runs").iterdir() if p.is_dir()):
-        frame, notes = run_records(run_dir, validate, _read_json(run_dir / "spec.json"))
+        frame, notes = run_records(run_dir, validate, read_json(run_dir / "spec.json"))
         damage += notes
         if frame is not None:
             out["frames"].append(frame)
         elif not (run_dir / "eval.parquet").is_file():
             out["missing"].append(f"{run_dir.name} ({_run_state(run_dir)})")
-        for warning in (_read_json(run_dir / "status.json") or {}).get("warnings", []):
+        for warning in (read_json(run_dir / "status.json") or {}).get("warnings", []):
             if str(warning).startswith(UNEVALUATED_PREFIX):
                 unevaluated.setdefault(str(warning)[len(UNEVALUATED_PREFIX):], []).append(run_dir.name)
         opts = _run_options(run_dir)
@@ -164,22 +164,14 @@ def _load_study(study: Path) -> dict[str, list]:
 UNEVALUATED_PREFIX = "eval: zero-shot set not evaluated: "
 
 
-def _read_json(path: Path) -> dict | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def _run_state(run_dir: Path) -> str:
-    status = _read_json(run_dir / "status.json") or {}
+    status = read_json(run_dir / "status.json") or {}
     state = str(status.get("state", "no status.json"))
     return "trained, not evaluated" if state == "done" else state  # done means evaluated too
 
 
 def _run_options(run_dir: Path) -> pl.DataFrame | None:
-    spec = _read_json(run_dir / "spec.json")
+    spec = read_json(run_dir / "spec.json")
     if spec is None:
         return None
     opts = {f"{OPTION_PREFIX}{k}": _opaque(v) for k, v in (spec.get("model_options") or {}).items()}
@@ -188,7 +180,7 @@ def _run_options(run_dir: Path) -> pl.DataFrame | None:
 
 
 def _run_scope(run_dir: Path) -> pl.DataFrame | None:
-    spec = _read_json(run_dir / "spec.json")
+    spec = read_json(run_dir / "spec.json")
     if spec is None:
         return None
     return pl.DataFrame({"run_id": [run_dir.name], **{k: [_opaque(spec[k])] for k in SPEC_SCOPE_FIELDS if k in spec}})

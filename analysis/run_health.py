@@ -79,7 +79,7 @@ def group_notes(notes: list[str]) -> list[str]:
 
 def checkpoint_notes(run_dir: Path, name: str) -> list[str]:
     """Notes on a done run's checkpoints: none left, or the final one corrupt."""
-    status = _read_json(run_dir / "status.json") or {}
+    status = read_json(run_dir / "status.json") or {}
     if status.get("state") != "done":
         return []
     root = run_dir / CKPT_DIR
@@ -118,7 +118,8 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _read_json(path: Path) -> dict | None:
+def read_json(path: Path) -> dict | None:
+    """A JSON object file's contents, or None when it is missing, unreadable or not an object."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
