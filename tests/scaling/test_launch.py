@@ -188,9 +188,9 @@ def test_quickstart_end_to_end_writes_the_report(tmp_path):
     assert (study / "report" / "report.md").exists() and (study / "report" / "report.html").exists()
     report = (study / "report" / "report.md").read_text()
     assert report.index("## Summary on shakespeare/validation") < report.index("## Figures") < report.index("## Inputs")
-    assert "12 of 12 runs are on the unigram plateau" in report  # 2 steps: nothing learned, and the summary says so
+    assert "18 of 18 runs are on the unigram plateau" in report  # 2 steps: nothing learned, and the summary says so
     final = views(study)
-    assert len(final) == 12 and {v.state for v in final.values()} == {"done"}
+    assert len(final) == 18 and {v.state for v in final.values()} == {"done"}
     assert all((ledger.run_dir(study, r) / "eval.parquet").exists() for r in final)
     # relaunching is a no-op: nothing is trained again
     again = launcher(study, "--preset", "quickstart", "--max-steps", "2", "--no-progress", "--no-report")

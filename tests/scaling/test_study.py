@@ -34,11 +34,12 @@ def test_quickstart_run_ids_match_golden_file():
     assert golden_doc() == json.loads(GOLDEN.read_text())
 
 
-def test_no_flags_is_the_quickstart_3_families_x_2_sizes_x_2_seeds():
+def test_no_flags_is_the_quickstart_3_families_x_2_sizes_x_3_seeds():
     study = build_study({})
     assert study.name == "quickstart"
     cells = {(c.spec.family, c.spec.size, c.spec.seed) for c in study.cells}
-    assert len(study.cells) == len(cells) == 12
+    assert len(study.cells) == len(cells) == 18
+    assert {c.spec.size for c in study.cells} == {"2/48/2", "0.1M"} and {c.spec.seed for c in study.cells} == {0, 1, 2}
     assert {c.spec.family for c in study.cells} == {"ar", "aogpt", "mdm"}
     assert {c.spec.tokenizer for c in study.cells} == {"bytes"}
     assert {c.spec.corpus for c in study.cells} == {"shakespeare"}
