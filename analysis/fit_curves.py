@@ -164,9 +164,9 @@ def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
 
 def _analyse_one(inputs: Inputs, bootstrap: int, x: str, seed: int) -> Analysis:
     """One study's fits, gaps, ensemble and ablation tables (judge runs left out, one kind of
-    weights, plateau runs flagged)."""
+    weights or each arm its own when EMA is an arm difference, plateau runs flagged)."""
     records, notes = fairness.compared_only(inputs.records)
-    records, weights, weight_notes = fairness.choose_weights(records)
+    records, weights, weight_notes = fairness.choose_weights(records, inputs.options)
     final, latest_notes = latest(records)
     chosen = select(final)  # swept settings chosen on validation; every split but validation reported
     final = chosen.reported
@@ -292,7 +292,7 @@ def report_blocks(a: Analysis, figure_blocks: list) -> list:
                         f"{rec['run_id'].n_unique()} runs, families: {', '.join(sorted(rec['family'].unique().to_list()))}; "
                         f"x = {a.x}; bootstrap resamples = {a.bootstrap}, seed = {a.seed}.")]
     intro += [sections.p(f"Note: {n}") for n in a.notes]
-    intro += sections.protocol_section(rec, a.inputs.options, a.weights) + sections.plateau_section(a.plateau)
+    intro += sections.protocol_section(rec, a.inputs.options, a.weights, a.final) + sections.plateau_section(a.plateau)
     return (summary.summary_blocks(summary.build_summary(a)) + [sections.h("Figures")] + figure_blocks + intro
             + sections.fits_section(list(a.fits), a.x, a.bootstrap)
             + sections.gap_section(list(a.gaps), list(a.gap_notes), a.x, X_MEANING[a.x])
