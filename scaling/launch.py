@@ -20,6 +20,7 @@ from cli import InputError, Parser, float_arg, int_arg, parse, run_main
 from analysis import DEFAULT_BOOTSTRAP
 from jobs.train import ds_config
 from analysis import MIN_BOOTSTRAP
+from analysis.carry import carried_lr
 from cli import rules
 from jobs.executors import EXECUTORS, Executor, one_line
 from jobs.executors.local import visible_gpus
@@ -75,6 +76,8 @@ def parser() -> argparse.ArgumentParser:
     add("--budgets", type=numbers_arg, help="training-FLOP budgets (1e12,3e12,1e13): isoFLOP profiles of >= 5 sizes each")
     add("--sweep", action="append", metavar="[FAMILY:]NAME=V,V,...",
         help="sweep a run setting (lr, warmup, batch_size, beta1, beta2, weight_decay, min_lr_ratio); repeatable")
+    add("--carry-lr-from", metavar="STUDY", help="each family's lr chosen on validation at STUDY's swept budget "
+        "(its report), carried to this study's other budgets (analysis.carry)")
     add("--max-tokens", type=int_arg, help="cap on tokens per run")
     add("--batch-size", type=int_arg, help="sequences per step (default: the rung's rule)")
     add("--lr", type=float_arg, help="peak learning rate (default: the rung's rule)")
@@ -127,6 +130,8 @@ def setting_layers(args: argparse.Namespace, world_size: int = 1) -> tuple[dict[
     engine = "deepspeed" if world_size > 1 else args.engine
     resources = {"engine": engine, ds_config.FIELD: args.deepspeed_config}
     flags["resources"] = {key: value for key, value in resources.items() if value is not None} or None
+    if getattr(args, "carry_lr_from", None):
+        flags["carry_lr"] = carried_lr(args.carry_lr_from).by_family
     if args.wandb is not None:
         flags["tracking"] = {"wandb": True, **({"project": args.wandb} if isinstance(args.wandb, str) else {})}
     toml = None
@@ -267,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(args: argparse.Namespace) -> int:
     study, study_dir, options = _check(args)
+    if args.carry_lr_from:
+        print(carried_lr(args.carry_lr_from).describe(args.carry_lr_from), flush=True)
     rows = plan_rows(study)
     has_gpu = bool(visible_gpus())
     if args.dry_run:
