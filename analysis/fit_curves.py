@@ -200,7 +200,9 @@ def _analyse_one(inputs: Inputs, bootstrap: int, x: str, seed: int) -> Analysis:
 
 def fits_json(a: Analysis, extra: dict | None = None) -> str:
     """fits.json text: deterministic for fixed inputs and seed (sorted keys, no timestamps)."""
+    arms = fairness.arm_weights(a.final) if a.final is not None else pl.DataFrame()
     doc = {"x": a.x, "x_meaning": X_MEANING[a.x], "weights": a.weights, "bootstrap": a.bootstrap, "seed": a.seed,
+           "arm_weights": arms.to_dicts(),
            "fits": [f.to_json() for f in a.fits],
            "gaps": [{"study": study, **_gap_json(g)} for g, study in zip(a.gaps, a.gap_studies or ("",) * len(a.gaps))],
            "matched_family_gaps": [{**dataclasses.asdict(pt), "delta": _finite(pt.delta), "lo": _finite(pt.lo),

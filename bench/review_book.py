@@ -211,10 +211,12 @@ def section_md(preset: str, run: dict, report_dir: Path) -> str:
             f"{run['load_before'][0]:.2f} before, {run['load_after'][0]:.2f} after.\n\n")
     answer = ("**Answer** (the study's tables; mean over seeds [95 % t-interval] (n seeds); nats/byte unless "
               "the metric says otherwise):\n\n")
+    scored = ", ".join(f"{r['family']}/{r['variant']} {r['weights']}" for r in fits.get("arm_weights", []))
+    weights = f"**Weights scored** ({fits.get('weights', '?')}): {scored or 'not recorded'}.\n\n"
     stuck = (f"\n**Runs on the unigram plateau** ({len(plateau)}; their comparisons are not answers): "
              f"{', '.join(plateau) or 'none'}.\n")
     out = [f"## {section.title}\n\n", f"**Question.** {section.question}\n\n",
-           f"**Command.** `{run['command']}`\n\n", wall, answer, points_table(points, section.metrics),
+           f"**Command.** `{run['command']}`\n\n", wall, weights, answer, points_table(points, section.metrics),
            factorial_md(report_dir / "tables" / "factorial.csv"),
            ensemble_md(fits) if "nll_ensemble" in section.metrics else "",
            ema_md(report_dir / "tables" / "ema_effect.csv") if section.ema_effect else "", stuck,

@@ -3,6 +3,8 @@ records of an adaLN x EMA factorial whose EMA arms' EMA weights beat their raw o
 amount. The factorial's EMA effect recovers it; the old one-kind-of-weights rule gives exactly 0."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import polars as pl
 import pytest
@@ -85,3 +87,7 @@ def test_the_report_names_the_weights_each_arm_was_scored_on():
     (tbl,) = [b for b in blocks if getattr(b, "rows", None)]
     assert "scored on" in tbl.headers
     assert {(r[1], r[-2]) for r in tbl.rows} == {(f"{pe}+ema{r:g}", "ema" if r else "raw") for pe, r in ARMS}
+    doc = json.loads(fit_curves.fits_json(a))  # and fits.json (the results book quotes it)
+    assert doc["weights"] == "per-arm"
+    assert {(r["variant"], r["weights"], r["runs"]) for r in doc["arm_weights"]} == {
+        (f"{pe}+ema{r:g}", "ema" if r else "raw", 6) for pe, r in ARMS}
