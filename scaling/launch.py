@@ -32,6 +32,7 @@ from .plan import format_plan, plan_rows, refusal, usable_cores
 from .scheduler import Scheduler, retry_allowance, submit_runs, to_submit
 from .presets import PRESETS
 from .settings import load_settings
+from .sweep import parse_sweep
 from .study import StudyError, StudySpec, build_study, load_toml
 
 STUDIES_ROOT = Path("studies")
@@ -162,10 +163,30 @@ def _check(args: argparse.Namespace) -> tuple[StudySpec, Path, Any]:
         study = study_from_args(args, world_size)
     study_dir = preflight.check_study_path(args.study_dir if args.study_dir else STUDIES_ROOT / study.name)
     named = args.name is not None or bool(args.spec and "name" in load_toml(args.spec))
-    study = ledger.adopt_name(study_dir, study, named)
-    ledger.check_study_dir(study_dir, study)
+    check_carry(args, study)
+    study = ledger.adopt_name(study_dir, study, named, carries_into(args, study_dir))
+    ledger.check_study_dir(study_dir, study, carries_into(args, study_dir))
     preflight.check_study(study, study_dir)
     return study, study_dir, options
+
+
+def carries_into(args: argparse.Namespace, study_dir: Path) -> bool:
+    """`--carry-lr-from` names the study's own directory: the carried plan extends that study
+    (its swept-budget runs are kept, the other budgets' runs added: scaling.ledger.extends)."""
+    source = getattr(args, "carry_lr_from", None)
+    return bool(source) and Path(source).resolve() == Path(study_dir).resolve()
+
+
+def check_carry(args: argparse.Namespace, study: StudySpec) -> None:
+    """The carried lr was chosen at the budget this study sweeps (else exit 2 naming both)."""
+    if not getattr(args, "carry_lr_from", None):
+        return
+    at_budget = parse_sweep(dict(study.settings).get("sweep"), {c.spec.family for c in study.cells}).at_budget
+    chosen = carried_lr(args.carry_lr_from).budget_flops
+    if at_budget != chosen:
+        raise InputError(f"carry-lr-from: {args.carry_lr_from} chose lr at {chosen:.3g} FLOPs but this study "
+                         f"sweeps at {at_budget if at_budget is None else format(at_budget, '.3g')}; carry from "
+                         "a study that swept the same budget")
 
 
 def check_plan_size(args: argparse.Namespace) -> None:
@@ -180,7 +201,7 @@ def launch(args: argparse.Namespace, study: StudySpec, study_dir: Path, options:
     """Train and evaluate every run, then write the report; 0 when every run is done.
 
     A detached backend (slurm) without `--wait` only submits and returns 0 (see `submit_only`)."""
-    ledger.prepare(study_dir, study)
+    ledger.prepare(study_dir, study, carries_into(args, study_dir))
     backend = BACKENDS[args.backend]
     if options is None:
         options = backend.options(args)

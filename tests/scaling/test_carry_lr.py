@@ -16,7 +16,7 @@ from scaling.study import StudyError, build_study
 from tests.analysis import frontier_synth
 
 LRS = (1e-3, 3e-3, 1e-2, 3e-2)
-SWEPT = frontier_synth.BUDGETS[2]
+SWEPT = FRONTIER_BUDGETS[1]  # the frontier preset's swept budget (one of frontier_synth's)
 
 
 def _source(tmp_path, lr_bonus: dict[tuple[str, str, float], float]):
@@ -86,3 +86,35 @@ def test_launch_carries_from_a_study_and_refuses_with_exit_2(tmp_path, capsys):
     argv[argv.index("ar,aogpt")] = "ar,aogpt,mdm"
     assert launch.main(argv) == 2
     assert capsys.readouterr().err.strip() == "launch: carry_lr: no lr for mdm; give one per family of the study"
+
+
+def _args(*argv: str):
+    return launch.parser().parse_args(list(argv))
+
+
+def test_carrying_into_the_swept_studys_own_directory_keeps_its_runs_and_adds_the_rest(tmp_path):
+    """Stage 1 sweeps the middle budget; stage 2 (--carry-lr-from its own directory) keeps every
+    stage-1 run under the stage-1 name and adds the outer budgets at the carried lr; relaunching
+    stage 2 is idempotent, and a carry from another budget is refused."""
+    first, first_dir, _ = launch._check(_args("--preset", "frontier", "--families", "ar,aogpt", "--budgets",
+                                              f"{SWEPT:g}", "--study-dir", str(tmp_path / "s")))
+    ledger.prepare(first_dir, first)
+    bonus = {("aogpt", "validation", 1e-2): -0.2, ("aogpt", "test", 1e-2): -0.2}
+    _source(first_dir, bonus)  # stands in for stage 1's report (the planted choice: ar 3e-3, aogpt 1e-2)
+    carry = ["--preset", "frontier", "--families", "ar,aogpt", "--carry-lr-from", str(first_dir),
+             "--study-dir", str(first_dir)]
+    second, second_dir, _ = launch._check(_args(*carry))
+    assert set(first.run_ids) < set(second.run_ids) and second.name == first.name
+    for cell in second.cells:
+        if dict(cell.spec.tracking)["budget_flops"] != SWEPT:
+            assert cell.spec.lr == {"ar": 3e-3, "aogpt": 1e-2}[cell.spec.family]
+    ledger.prepare(second_dir, second, extending=True)
+    assert ledger.read_study(second_dir)["hash"] == second.study_hash
+    assert launch._check(_args(*carry))[0].run_ids == second.run_ids  # the relaunch: same plan, same dir
+    with pytest.raises(StudyError, match="holds a different study"):  # stage 1 again: not the dir's plan now
+        launch._check(_args("--preset", "frontier", "--families", "ar,aogpt", "--budgets", f"{SWEPT:g}",
+                            "--study-dir", str(first_dir)))
+    other = tmp_path / "other.toml"
+    other.write_text("[sweep]\nlr = [1e-3, 3e-3, 1e-2]\nat_budget = 3e12\n")
+    with pytest.raises(InputError, match=r"chose lr at 1e\+12 FLOPs but this study sweeps at 3e\+12"):
+        launch._check(_args(*carry, "--spec", str(other)))
