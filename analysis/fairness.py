@@ -1,8 +1,14 @@
 """What makes a comparison fair (docs/DESIGN.md §7), applied to records before and after the fits.
 
 - Judges leave: runs with role `judge` score others' samples and enter no fit, gap or table.
-- One kind of weights: families are compared on EMA weights when every compared run has them,
-  else on raw weights; the EMA effect (EMA - raw, paired by seed) is its own table.
+- Weights: in an ordinary comparison every run shares the study's one EMA rate, and families are
+  compared on one kind of weights: EMA when every compared run has them, else raw. When EMA is
+  itself an arm difference (an ablation: the runs' spec.json `ema` rates, read as the `opt_ema`
+  option, take two or more values in the study, which only an arm's explicit, labelled `ema=`
+  override can cause), each run is scored on its own weights: EMA weights when it trained with
+  EMA (rate > 0), raw weights otherwise, so the EMA arms' effect shows in every table and in the
+  factorial. The report names the weights of each arm. The EMA effect (EMA - raw, paired by seed
+  within runs) is its own table either way.
 - Under-training is flagged: a run whose nll_l2r (or nll_anyorder) on a dataset is not at least
   PLATEAU_MARGIN_NATS below that dataset's `nll_unigram` baseline is on the plateau there. Fits,
   gaps and trends built on such a run get status `plateau` with the reason, and are not
@@ -15,12 +21,15 @@ import dataclasses
 import polars as pl
 
 from analysis.ablations import seed_table
+from analysis.records import OPTION_PREFIX
 
 PLATEAU_MARGIN_NATS = 0.1  # "clearly below" the unigram baseline, nats/token (issue: >= 0.1)
 BASELINE_METRIC = "nll_unigram"
 FLAGGED_METRICS = ("nll_l2r", "nll_anyorder")  # what must beat the baseline
 NOT_FITTED = (BASELINE_METRIC,)  # properties of the data, not of a model
 RUN_KEYS = ("family", "variant", "size", "seed", "dataset", "split")
+EMA_OPTION = f"{OPTION_PREFIX}ema"  # each run's EMA rate, from its spec.json
+PER_ARM = "per-arm"  # the weights name when each arm is scored on its own weights
 
 
 def compared_only(records: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
@@ -32,19 +41,53 @@ def compared_only(records: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     return records.filter(pl.col("role").is_null() | (pl.col("role") != "judge")), notes
 
 
-def choose_weights(records: pl.DataFrame) -> tuple[pl.DataFrame, str, list[str]]:
-    """Rows of one kind of weights (plus weight-free rows such as nll_unigram), its name, notes."""
+def ema_rates(records: pl.DataFrame, options: pl.DataFrame | None) -> list[float]:
+    """The distinct EMA rates (spec.json `ema`) of the runs with weight-scored records, sorted."""
+    if options is None or EMA_OPTION not in options.columns or "weights" not in records.columns:
+        return []
+    runs = records.filter(pl.col("weights").is_not_null())["run_id"].unique()
+    rates = options.filter(pl.col("run_id").is_in(runs.implode()))[EMA_OPTION].cast(pl.Float64, strict=False)
+    return sorted(rates.drop_nulls().unique().to_list())
+
+
+def choose_weights(records: pl.DataFrame, options: pl.DataFrame | None = None) -> tuple[pl.DataFrame, str, list[str]]:
+    """Rows of the weights each run is scored on (plus weight-free rows such as nll_unigram), the
+    weights' name (`ema`, `raw`, or PER_ARM when EMA is an arm difference: see the module), notes."""
     if "weights" not in records.columns:
         return records, "unknown", []
     runs = records.filter(pl.col("weights").is_not_null())
     with_ema = set(runs.filter(pl.col("weights") == "ema")["run_id"].unique().to_list())
     every = set(runs["run_id"].unique().to_list())
-    chosen = "ema" if with_ema and with_ema == every else "raw"
+    rates = ema_rates(records, options)
+    if len(rates) > 1:
+        own = pl.when(pl.col("run_id").is_in(sorted(with_ema))).then(pl.lit("ema")).otherwise(pl.lit("raw"))
+        chosen = records.filter(pl.col("weights").is_null() | (pl.col("weights") == own))
+        return chosen, PER_ARM, [_per_arm_note(chosen, rates)]
+    kind = "ema" if with_ema and with_ema == every else "raw"
     notes = []
-    if with_ema and chosen == "raw":
+    if with_ema and kind == "raw":
         notes.append(f"{len(with_ema)} of {len(every)} runs have EMA weights: families are compared on raw "
                      "weights, which every run has")
-    return records.filter(pl.col("weights").is_null() | (pl.col("weights") == chosen)), chosen, notes
+    return records.filter(pl.col("weights").is_null() | (pl.col("weights") == kind)), kind, notes
+
+
+def arm_weights(final: pl.DataFrame) -> pl.DataFrame:
+    """family, variant, the weights its runs were scored on (`ema`, `raw`, or both `ema/raw`) and runs."""
+    if "weights" not in final.columns:
+        return pl.DataFrame()
+    rows = final.filter(pl.col("weights").is_not_null()).select("run_id", "family", "variant", "weights").unique()
+    return (rows.group_by(["family", "variant"])
+            .agg(pl.col("weights").unique().sort().str.join("/"), pl.col("run_id").n_unique().alias("runs"))
+            .sort(["family", "variant"]))
+
+
+def _per_arm_note(chosen: pl.DataFrame, rates: list[float]) -> str:
+    arms = arm_weights(chosen)
+    named = "; ".join(f"{w}: " + ", ".join(f"{r['family']}/{r['variant']}" for r in group.iter_rows(named=True))
+                      for (w,), group in arms.group_by(["weights"], maintain_order=True))
+    return (f"EMA is an arm difference (spec.json ema rates {', '.join(f'{r:g}' for r in rates)}): each arm is "
+            f"scored on its own weights, EMA weights where it trained with EMA, raw otherwise ({named}); a "
+            "comparison across arms of different weights includes EMA's effect")
 
 
 def ema_effect(records: pl.DataFrame) -> pl.DataFrame:

@@ -164,9 +164,9 @@ def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
 
 def _analyse_one(inputs: Inputs, bootstrap: int, x: str, seed: int) -> Analysis:
     """One study's fits, gaps, ensemble and ablation tables (judge runs left out, one kind of
-    weights, plateau runs flagged)."""
+    weights or each arm its own when EMA is an arm difference, plateau runs flagged)."""
     records, notes = fairness.compared_only(inputs.records)
-    records, weights, weight_notes = fairness.choose_weights(records)
+    records, weights, weight_notes = fairness.choose_weights(records, inputs.options)
     final, latest_notes = latest(records)
     chosen = select(final)  # swept settings chosen on validation; every split but validation reported
     final = chosen.reported
@@ -200,7 +200,9 @@ def _analyse_one(inputs: Inputs, bootstrap: int, x: str, seed: int) -> Analysis:
 
 def fits_json(a: Analysis, extra: dict | None = None) -> str:
     """fits.json text: deterministic for fixed inputs and seed (sorted keys, no timestamps)."""
+    arms = fairness.arm_weights(a.final) if a.final is not None else pl.DataFrame()
     doc = {"x": a.x, "x_meaning": X_MEANING[a.x], "weights": a.weights, "bootstrap": a.bootstrap, "seed": a.seed,
+           "arm_weights": arms.to_dicts(),
            "fits": [f.to_json() for f in a.fits],
            "gaps": [{"study": study, **_gap_json(g)} for g, study in zip(a.gaps, a.gap_studies or ("",) * len(a.gaps))],
            "matched_family_gaps": [{**dataclasses.asdict(pt), "delta": _finite(pt.delta), "lo": _finite(pt.lo),
@@ -292,7 +294,7 @@ def report_blocks(a: Analysis, figure_blocks: list) -> list:
                         f"{rec['run_id'].n_unique()} runs, families: {', '.join(sorted(rec['family'].unique().to_list()))}; "
                         f"x = {a.x}; bootstrap resamples = {a.bootstrap}, seed = {a.seed}.")]
     intro += [sections.p(f"Note: {n}") for n in a.notes]
-    intro += sections.protocol_section(rec, a.inputs.options, a.weights) + sections.plateau_section(a.plateau)
+    intro += sections.protocol_section(rec, a.inputs.options, a.weights, a.final) + sections.plateau_section(a.plateau)
     return (summary.summary_blocks(summary.build_summary(a)) + [sections.h("Figures")] + figure_blocks + intro
             + sections.fits_section(list(a.fits), a.x, a.bootstrap)
             + sections.gap_section(list(a.gaps), list(a.gap_notes), a.x, X_MEANING[a.x])

@@ -14,6 +14,7 @@ from pathlib import Path
 import polars as pl
 
 from analysis.record_values import check_values
+from analysis.carry import study_note
 from analysis.run_health import group_notes, read_json, run_records
 from cli import InputError
 
@@ -153,7 +154,7 @@ def _load_study(study: Path) -> dict[str, list]:
         if curve is not None:
             out["curves"].append(curve)
     out["notes"] = group_notes(damage) + [f"not evaluated in {len(runs)} run(s): {what}"
-                                          for what, runs in sorted(unevaluated.items())]
+                                          for what, runs in sorted(unevaluated.items())] + study_note(study)
     if not out["frames"]:
         raise RecordsError(f"{study}/runs/*/eval.parquet: no usable records ({'; '.join(damage)[:300]}); relaunch the "
                            f"study to evaluate its runs")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from analysis import fairness
 from analysis.ablations import option_title, seed_table
 from analysis.fits import CurveFit
 from analysis.report import Block, interval, num
@@ -143,18 +144,28 @@ def ablation_section(variants: pl.DataFrame, options: dict[str, pl.DataFrame], f
 NETWORK_OPTIONS = ("opt_norm", "opt_qk_norm", "opt_tie_head", "opt_pos", "opt_ema")  # spec.json fields shown per arm
 
 
-def protocol_section(records: pl.DataFrame, options: pl.DataFrame | None, weights: str) -> list[Block]:
-    """What every comparison holds fixed: each arm's network and EMA, and the weights compared."""
+def protocol_section(records: pl.DataFrame, options: pl.DataFrame | None, weights: str,
+                     scored: pl.DataFrame | None = None) -> list[Block]:
+    """What every comparison holds fixed: each arm's network and EMA, and the weights each arm is
+    scored on (from `scored`, the compared records, when given)."""
+    how = (f"Families are compared on {weights} weights. " if weights != fairness.PER_ARM else
+           "EMA is an arm difference here, so each arm is scored on its own weights (EMA where it trained with "
+           "EMA, raw otherwise; the `scored on` column). ")
     out = [h("Comparison protocol"),
-           p(f"Families are compared on {weights} weights. One network and one EMA per study: an arm that "
-             "differs below does so by an explicit override, and its label says so.")]
+           p(how + "One network and one EMA per study: an arm that differs below does so by an explicit override, "
+                   "and its label says so.")]
     if options is None or options.is_empty():
         return out + [p("No spec.json options were read: the networks cannot be shown.")]
     shown = [c for c in NETWORK_OPTIONS if c in options.columns]
     arms = (records.select("run_id", "family", "variant").unique().join(options, on="run_id", how="left")
             .group_by(["family", "variant", *shown]).agg(pl.len().alias("runs")).sort(["family", "variant"]))
-    rows = [[str(r[k]) for k in ("family", "variant", *shown, "runs")] for r in arms.iter_rows(named=True)]
-    return out + [table(["family", "variant", *(c[len("opt_"):] for c in shown), "runs"], rows)]
+    per_arm = fairness.arm_weights(scored) if scored is not None else pl.DataFrame()
+    if not per_arm.is_empty():
+        arms = arms.join(per_arm.select("family", "variant", pl.col("weights").alias("scored on")),
+                         on=["family", "variant"], how="left")
+    cols = [*shown, *(["scored on"] if "scored on" in arms.columns else [])]
+    rows = [[str(r[k]) for k in ("family", "variant", *cols, "runs")] for r in arms.iter_rows(named=True)]
+    return out + [table(["family", "variant", *(c.removeprefix("opt_") for c in cols), "runs"], rows)]
 
 
 def plateau_section(plateau: pl.DataFrame | None) -> list[Block]:

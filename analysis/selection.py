@@ -43,7 +43,8 @@ def with_cell_budget(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(pl.coalesce(*parts, pl.col("tokens").cast(pl.Float64)).alias("cell_budget"))
 
 
-def _label(row: dict) -> str:
+def cell_label(row: dict) -> str:
+    """How warnings name a cell: family/variant size budget metric (dataset)."""
     budget = f"C={row['cell_budget']:.3g}" if row.get("budget_flops") is not None else f"D={row['cell_budget']:.3g}"
     return f"{row['family']}/{row['variant']} {row['size']} {budget} {row['metric']} ({row['dataset']})"
 
@@ -59,7 +60,7 @@ def _edges(chosen: pl.DataFrame, candidates: pl.DataFrame, sweeps: list[str]) ->
             value, lo, hi, n = row[s], row[f"{s}_lo"], row[f"{s}_hi"], row[f"{s}_n"]
             if value is not None and n > 1 and value in (lo, hi):
                 side = "lowest" if value == lo else "highest"
-                out.append(f"{_label(row)}: best {s[len(SWEEP_PREFIX):]}={value:g} is the {side} value swept; "
+                out.append(f"{cell_label(row)}: best {s[len(SWEEP_PREFIX):]}={value:g} is the {side} value swept; "
                            "widen the sweep")
     return out
 

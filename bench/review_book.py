@@ -72,11 +72,10 @@ SECTIONS: dict[str, Section] = {
          "At 1,000 steps the EMA warm-up min(0.9999, (1+n)/(10+n)) caps the decay at 0.991: the EMA factor is "
          "'warm-up EMA vs raw weights', not the paper's 0.9999 average.",
          "The factorial's intervals pool the within-cell variance over cells (no seed pairing).",
-         "The report compares one kind of weights, and rate-0 runs have only raw ones, so every table here is on "
-         "raw weights: with equal seeds the EMA arms train identical raw weights, so the factorial's EMA main "
-         "effect and its interactions are zero by construction. EMA's effect is the EMA − raw table below "
-         "(paired by seed within each run); an EMA-aware factorial needs the analysis to score each arm with its "
-         "own weights."), ema_effect=True),
+         "Each arm is scored on its own weights (EMA is an arm difference: analysis.fairness), so the EMA "
+         "factor compares the EMA arms' EMA weights with the rate-0 arms' raw weights, which for equal seeds "
+         "are the EMA arms' own raw weights; the EMA − raw table below pairs the same by seed within runs."),
+        ema_effect=True),
     "pe-cpu": Section(
         "Target-position injection (Figures 6-7)",
         "Vanilla PE (input), the same PE in every layer, a different PE in every layer, adaLN.",
@@ -91,8 +90,9 @@ SECTIONS: dict[str, Section] = {
          "its raw weights (the `weights` column), so raw vs EMA is paired within runs.",
          "Below 8,991 steps the warm-up min(rate, (1+n)/(10+n)) caps 0.999 and 0.9999 at the same decay: their "
          "arms are the same computation and must agree; only 0 vs 0.99 vs the capped average differ at 1,500 steps.",
-         "The arm table is on raw weights (the report compares one kind; rate-0 runs have only raw), identical "
-         "across rates for equal seeds: the answer is the EMA − raw table."), ema_effect=True),
+         "Each arm is scored on its own weights (EMA is an arm difference: analysis.fairness): rate 0 on raw, "
+         "the others on their EMA weights; the EMA − raw table pairs both weights of each run by seed."),
+        ema_effect=True),
     "mdm-loss-cpu": Section(
         "Encoder objectives",
         "SEDD, RADD (k-DCE) and MDLM losses on one network: training loss and evaluated bound.",
@@ -211,10 +211,12 @@ def section_md(preset: str, run: dict, report_dir: Path) -> str:
             f"{run['load_before'][0]:.2f} before, {run['load_after'][0]:.2f} after.\n\n")
     answer = ("**Answer** (the study's tables; mean over seeds [95 % t-interval] (n seeds); nats/byte unless "
               "the metric says otherwise):\n\n")
+    scored = ", ".join(f"{r['family']}/{r['variant']} {r['weights']}" for r in fits.get("arm_weights", []))
+    weights = f"**Weights scored** ({fits.get('weights', '?')}): {scored or 'not recorded'}.\n\n"
     stuck = (f"\n**Runs on the unigram plateau** ({len(plateau)}; their comparisons are not answers): "
              f"{', '.join(plateau) or 'none'}.\n")
     out = [f"## {section.title}\n\n", f"**Question.** {section.question}\n\n",
-           f"**Command.** `{run['command']}`\n\n", wall, answer, points_table(points, section.metrics),
+           f"**Command.** `{run['command']}`\n\n", wall, weights, answer, points_table(points, section.metrics),
            factorial_md(report_dir / "tables" / "factorial.csv"),
            ensemble_md(fits) if "nll_ensemble" in section.metrics else "",
            ema_md(report_dir / "tables" / "ema_effect.csv") if section.ema_effect else "", stuck,

@@ -20,6 +20,7 @@ from cli import InputError, Parser, float_arg, int_arg, parse, run_main
 from analysis import DEFAULT_BOOTSTRAP
 from jobs.train import ds_config
 from analysis import MIN_BOOTSTRAP
+from analysis.carry import carried_lr
 from cli import rules
 from jobs.executors import EXECUTORS, Executor, one_line
 from jobs.executors.local import visible_gpus
@@ -31,6 +32,7 @@ from .plan import format_plan, plan_rows, refusal, usable_cores
 from .scheduler import Scheduler, retry_allowance, submit_runs, to_submit
 from .presets import PRESETS
 from .settings import load_settings
+from .sweep import parse_sweep
 from .study import StudyError, StudySpec, build_study, load_toml
 
 STUDIES_ROOT = Path("studies")
@@ -75,6 +77,8 @@ def parser() -> argparse.ArgumentParser:
     add("--budgets", type=numbers_arg, help="training-FLOP budgets (1e12,3e12,1e13): isoFLOP profiles of >= 5 sizes each")
     add("--sweep", action="append", metavar="[FAMILY:]NAME=V,V,...",
         help="sweep a run setting (lr, warmup, batch_size, beta1, beta2, weight_decay, min_lr_ratio); repeatable")
+    add("--carry-lr-from", metavar="STUDY", help="each family's lr chosen on validation at STUDY's swept budget "
+        "(its report), carried to this study's other budgets (analysis.carry)")
     add("--max-tokens", type=int_arg, help="cap on tokens per run")
     add("--batch-size", type=int_arg, help="sequences per step (default: the rung's rule)")
     add("--lr", type=float_arg, help="peak learning rate (default: the rung's rule)")
@@ -127,6 +131,8 @@ def setting_layers(args: argparse.Namespace, world_size: int = 1) -> tuple[dict[
     engine = "deepspeed" if world_size > 1 else args.engine
     resources = {"engine": engine, ds_config.FIELD: args.deepspeed_config}
     flags["resources"] = {key: value for key, value in resources.items() if value is not None} or None
+    if getattr(args, "carry_lr_from", None):
+        flags["carry_lr"] = carried_lr(args.carry_lr_from).by_family
     if args.wandb is not None:
         flags["tracking"] = {"wandb": True, **({"project": args.wandb} if isinstance(args.wandb, str) else {})}
     toml = None
@@ -157,10 +163,30 @@ def _check(args: argparse.Namespace) -> tuple[StudySpec, Path, Any]:
         study = study_from_args(args, world_size)
     study_dir = preflight.check_study_path(args.study_dir if args.study_dir else STUDIES_ROOT / study.name)
     named = args.name is not None or bool(args.spec and "name" in load_toml(args.spec))
-    study = ledger.adopt_name(study_dir, study, named)
-    ledger.check_study_dir(study_dir, study)
+    check_carry(args, study)
+    study = ledger.adopt_name(study_dir, study, named, carries_into(args, study_dir))
+    ledger.check_study_dir(study_dir, study, carries_into(args, study_dir))
     preflight.check_study(study, study_dir)
     return study, study_dir, options
+
+
+def carries_into(args: argparse.Namespace, study_dir: Path) -> bool:
+    """`--carry-lr-from` names the study's own directory: the carried plan extends that study
+    (its swept-budget runs are kept, the other budgets' runs added: scaling.ledger.extends)."""
+    source = getattr(args, "carry_lr_from", None)
+    return bool(source) and Path(source).resolve() == Path(study_dir).resolve()
+
+
+def check_carry(args: argparse.Namespace, study: StudySpec) -> None:
+    """The carried lr was chosen at the budget this study sweeps (else exit 2 naming both)."""
+    if not getattr(args, "carry_lr_from", None):
+        return
+    at_budget = parse_sweep(dict(study.settings).get("sweep"), {c.spec.family for c in study.cells}).at_budget
+    chosen = carried_lr(args.carry_lr_from).budget_flops
+    if at_budget != chosen:
+        raise InputError(f"carry-lr-from: {args.carry_lr_from} chose lr at {chosen:.3g} FLOPs but this study "
+                         f"sweeps at {at_budget if at_budget is None else format(at_budget, '.3g')}; carry from "
+                         "a study that swept the same budget")
 
 
 def check_plan_size(args: argparse.Namespace) -> None:
@@ -175,7 +201,7 @@ def launch(args: argparse.Namespace, study: StudySpec, study_dir: Path, options:
     """Train and evaluate every run, then write the report; 0 when every run is done.
 
     A detached backend (slurm) without `--wait` only submits and returns 0 (see `submit_only`)."""
-    ledger.prepare(study_dir, study)
+    ledger.prepare(study_dir, study, carries_into(args, study_dir))
     backend = BACKENDS[args.backend]
     if options is None:
         options = backend.options(args)
@@ -267,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(args: argparse.Namespace) -> int:
     study, study_dir, options = _check(args)
+    if args.carry_lr_from:
+        print(carried_lr(args.carry_lr_from).describe(args.carry_lr_from), flush=True)
     rows = plan_rows(study)
     has_gpu = bool(visible_gpus())
     if args.dry_run:

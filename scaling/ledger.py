@@ -72,8 +72,15 @@ def _check_document(path: Path, doc: Any) -> None:
                          "or pick another --study-dir")
 
 
-def check_study_dir(study_dir: str | Path, study: StudySpec) -> None:
-    """Refuse (StudyError) a path that is a file or holds a different study; writes nothing."""
+def extends(existing: dict | None, study: StudySpec) -> bool:
+    """Whether `study` keeps every run of the directory's study (its `order`) and adds some: a
+    study that carries its lr into its own directory (scaling.launch --carry-lr-from)."""
+    return existing is not None and set(existing.get("order") or ()) < set(study.run_ids)
+
+
+def check_study_dir(study_dir: str | Path, study: StudySpec, extending: bool = False) -> None:
+    """Refuse (StudyError) a path that is a file or holds a different study (unless `extending`
+    and the study keeps all of its runs: `extends`); writes nothing."""
     path = Path(study_dir)
     if path.exists() and not path.is_dir():
         raise StudyError(f"study-dir: {path} is a file; pass a folder with --study-dir")
@@ -83,7 +90,11 @@ def check_study_dir(study_dir: str | Path, study: StudySpec) -> None:
                          f"{existing.get('format', 1)}, this one writes {STUDY_FORMAT}: run ids now hash every "
                          f"resolved model option); its runs stay readable by analysis.fit_curves; "
                          f"launch into a new --study-dir")
-    if existing is not None and existing.get("hash") != study.study_hash:
+    other = existing is not None and existing.get("hash") != study.study_hash
+    if other and extending and not extends(existing, study):
+        raise StudyError(f"study-dir: {path} holds runs the carried plan does not keep; carry into another "
+                         "--study-dir")
+    if other and not extending:
         raise StudyError(f"study-dir: {path} holds a different study ({existing.get('name')}, hash "
                          f"{existing.get('hash')} != {study.study_hash}); pass another --study-dir")
     if existing is not None and existing.get("name") != study.name:
@@ -92,30 +103,31 @@ def check_study_dir(study_dir: str | Path, study: StudySpec) -> None:
                          f"--study-dir for a study named {study.name}")
 
 
-def adopt_name(study_dir: str | Path, study: StudySpec, named: bool) -> StudySpec:
+def adopt_name(study_dir: str | Path, study: StudySpec, named: bool, extending: bool = False) -> StudySpec:
     """The study under the name its directory already gives it, when the user named none
     (`named` False) and the runs are the same: a derived name (`<preset>-<hash>`, which a changed
     suite changes) is no choice of theirs. An explicit other name is refused by check_study_dir."""
     existing = read_study(study_dir) if Path(study_dir).is_dir() else None
-    if named or existing is None or existing.get("hash") != study.study_hash or existing.get("name") == study.name:
+    same = existing is not None and (existing.get("hash") == study.study_hash or (extending and extends(existing, study)))
+    if named or not same or existing.get("name") == study.name:
         return study
     name = str(existing.get("name"))
     cells = tuple(replace(cell, spec=cell.spec.replace(study=name)) for cell in study.cells)
     return replace(study, name=name, cells=cells)
 
 
-def prepare(study_dir: str | Path, study: StudySpec) -> None:
+def prepare(study_dir: str | Path, study: StudySpec, extending: bool = False) -> None:
     """Create the ledger (idempotent): study.json and each run's spec.json, under the study lock.
 
     The same runs with other settings that change no run id (the evaluation suite, resources,
     tracking) rewrite study.json and the spec.json files; runs whose records are then of another
     suite show as `trained` and are evaluated again, never trained again."""
     path = Path(study_dir)
-    check_study_dir(path, study)
+    check_study_dir(path, study, extending)
     (path / RUNS_DIR).mkdir(parents=True, exist_ok=True)
     with open(path / STUDY_LOCK, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
-        check_study_dir(path, study)
+        check_study_dir(path, study, extending)
         if read_study(path) != json.loads(json.dumps(study.to_dict(), default=str)):
             runfiles.atomic_write_json(path / STUDY_FILE, study.to_dict())
         for cell in study.cells:

@@ -24,7 +24,7 @@ _FLAG_NAMES = {"judge": "--judge-run"}  # flags whose name is not their destinat
 
 def check_flags(args: argparse.Namespace, keys: tuple[str, ...]) -> None:
     """No text flag is given empty (`--sizes ''` would otherwise mean "the default sizes")."""
-    for key in keys + ("spec", "study_dir"):
+    for key in keys + ("spec", "study_dir", "carry_lr_from"):
         value = getattr(args, key, None)
         if isinstance(value, str) and not value.strip(" ,"):
             flag = _FLAG_NAMES.get(key, "--" + key.replace("_", "-"))

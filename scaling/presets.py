@@ -167,8 +167,9 @@ def factorial() -> dict[str, Any]:
 # at 1.6x two runs reach 1.57, flagged by the data ledger; budgets a decade lower would put the
 # tiniest shapes near the unigram plateau). The lr is swept
 # (1e-3, 3e-3, 1e-2) at the middle budget only; the other budgets run the quickstart's 3e-3, the
-# value the rule carries (the report's chosen-settings table shows what the middle budget picked per
-# size; where it is not 3e-3 at the optimum, relaunch the outer budgets with --lr set to it). Two
+# value the rule carries until a choice exists (the report's chosen-settings table shows what the
+# middle budget picked per size; `--carry-lr-from <this study>` then plans the study with each
+# family's choice at the outer budgets: analysis.carry states the rule). Two
 # seeds at each budget's predicted optimum (the central size), one elsewhere. Warm-up: 10 % of a
 # run (the rule's cap; 61k tokens asked). Evaluation: the `frontier` suite, validation for
 # selection and a disjoint test split for every reported number.

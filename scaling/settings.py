@@ -172,6 +172,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("grid_points", "plans", rules.positive_int), Setting("grid_step", "plans", rules.positive_number),
     Setting("optimum_seeds", "plans", rules.positive_int), Setting("optimum_span", "plans", rules.positive_int),
     Setting("branches", "plans", _numbers), Setting("branch_decay", "plans", rules.positive_number),
+    Setting("carry_lr", "plans", lambda f, v: _plain(sweep.parse_carry, v)),
 )
 assert {s.key for s in SETTINGS if s.section == "plans"} == set(sweep.AXIS_KEYS), "scaling.sweep's keys and SETTINGS disagree"
 BY_KEY = {setting.key: setting for setting in SETTINGS}

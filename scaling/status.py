@@ -28,6 +28,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from analysis.carry import study_note
 from analysis.fairness import plateau_table
 from cli import InputError, Parser, parse, run_main
 from jobs.train import checkpoint as ckpt
@@ -240,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(render(rows))
             print(f"{len(rows)} runs: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
+            for line in study_note(Path(args.study)):
+                print(line)
         for row in rows:
             for warning in warnings.get(row[0], []):
                 print(f"warning: {warning}", file=sys.stderr)

@@ -8,6 +8,11 @@
   `[sweep.mdm] lr = [...]` (replaces the study-wide list of that setting for that family),
   `at_budget = 1e12` (sweep only at that compute budget; the other budgets run the study's value
   or the one the study file sets). CLI: `--sweep lr=1e-3,3e-3` and `--sweep mdm:lr=...`.
+- `carry_lr` (a table family -> lr; `scaling.launch --carry-lr-from STUDY` fills it from that
+  study's report, analysis.carry): with a sweep at one budget, every other budget's runs of a
+  family train at its carried lr, an ordinary run field (so it is in their run ids); the swept
+  budget still sweeps. The study records the table in study.json's settings. Carried into the swept
+  study's own directory, the new plan extends it (its runs kept: scaling.ledger.extends).
 - `budgets` (training FLOPs, `--budgets 1e12,3e12,1e13`): isoFLOP profiles. Per arm and budget,
   `grid_points` sizes (default 5) spaced by `grid_step` (default 2x in core parameters) on a log
   grid centred on the predicted optimum, shapes from `models.ladder.shape_for_params`; each run's
@@ -47,7 +52,7 @@ SWEEPABLE: dict[str, tuple[str, str]] = {
 }
 INT_SETTINGS = ("warmup", "batch_size")
 AXIS_KEYS = ("sweep", "budgets", "grid_points", "grid_step", "optimum_seeds", "optimum_span", "branches",
-             "branch_decay")
+             "branch_decay", "carry_lr")
 DEFAULT_BRANCH_DECAY = 0.2  # a branch decays over this share of the tokens its trunk had seen
 DEFAULT_GRID_POINTS = 5
 DEFAULT_GRID_STEP = 2.0
@@ -122,6 +127,32 @@ def parse_sweep(value: Any, families: set[str]) -> Sweep:
             common[key] = _values(key, raw)
     return Sweep(tuple(sorted(common.items())), tuple(sorted(per_family.items())),
                  None if at_budget is None else float(at_budget))
+
+
+def parse_carry(value: Any) -> dict[str, float]:
+    """A `carry_lr` table (family -> positive lr); ValueError naming the fix."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not value:
+        raise ValueError(f"carry_lr: expected a table of family = lr, e.g. {{ar = 3e-3}}, got {value!r}")
+    for family, lr in value.items():
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0 or not math.isfinite(lr):
+            raise ValueError(f"carry_lr: {family}'s lr must be a positive number, got {lr!r}")
+    return {str(k): float(v) for k, v in sorted(value.items())}
+
+
+def carried(settings: dict, sweep: Sweep, families: set[str]) -> dict[str, float]:
+    """The carried lr per family, checked against the study: it needs a sweep at one budget and
+    an lr for every family of the study."""
+    carry = parse_carry(settings.get("carry_lr"))
+    if not carry:
+        return {}
+    if sweep.at_budget is None or settings.get("budgets") is None:
+        raise ValueError("carry_lr: needs budgets and a sweep at one of them (sweep at_budget) to carry from")
+    missing = sorted(families - set(carry))
+    if missing:
+        raise ValueError(f"carry_lr: no lr for {', '.join(missing)}; give one per family of the study")
+    return carry
 
 
 def parse_numbers(key: str, value: Any) -> list[float] | None:
@@ -282,11 +313,15 @@ def expand(settings: dict, arms: list, seeds: int, budget: Budget, make: Make) -
     budget, run_fields, tags)` builds one."""
     ratios = parse_numbers("tokens_per_param", settings.get("tokens_per_param"))
     sweep = parse_sweep(settings.get("sweep"), {arm.family for arm, _ in arms})
+    carry = carried(settings, sweep, {arm.family for arm, _ in arms})
     cells = []
     for point in plan(settings, arms, seeds, budget, ratios):
         tags = dict(point.tags)
+        base = point.budget
+        if carry and tags.get("budget_flops") != sweep.at_budget:
+            base = replace(base, lr=carry[point.arm.family])
         for combo in sweep.combos(point.arm.family, tags.get("budget_flops")):
-            run_budget, run_fields = point.budget, {}
+            run_budget, run_fields = base, {}
             for name, value in combo.items():
                 where, field = SWEEPABLE[name]
                 if where == "budget":

@@ -5,6 +5,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
+from analysis import fairness, fit_curves
+from analysis.records import load
 from jobs.executors import run_exclusive
 from scaling import launch, ledger
 from scaling.plan import cpu_hours, plan_rows
@@ -69,6 +71,19 @@ def test_cpu_preset_runs_end_to_end(name, tmp_path):
         assert run_exclusive(run_dir) == "done"
         records = pl.read_parquet(run_dir / "eval.parquet")
         assert "nll_l2r" in set(records["metric"]) and set(records["step"]) == {2}
+    _check_scored_weights(study_dir, {c.spec.run_id: c.spec.ema for c in (compared[0], compared[-1])})
+
+
+def _check_scored_weights(study_dir, rates: dict[str, float]) -> None:
+    """The analysis scores each trained run on its own weights when the runs' EMA rates differ
+    (an EMA ablation: ema-cpu's first and last arm), else on one kind (analysis.fairness)."""
+    a = fit_curves.analyse(load([study_dir]), bootstrap=10)
+    per_arm = len(set(rates.values())) > 1
+    assert a.weights == (fairness.PER_ARM if per_arm else "ema" if min(rates.values()) > 0 else "raw")
+    scored = a.final.filter(pl.col("weights").is_not_null()).group_by("run_id").agg(pl.col("weights").unique())
+    for run_id, weights in scored.iter_rows():
+        uses_ema = rates[run_id] > 0 if per_arm else min(rates.values()) > 0
+        assert weights == ["ema" if uses_ema else "raw"], (run_id, rates)
 
 
 def test_the_cpu_gen_suite_is_the_cpu_suite_plus_infilling_and_generation():
