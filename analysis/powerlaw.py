@@ -150,6 +150,16 @@ def _projected_trial(theta, r, jac, lx, ybar, w, damping, lo, hi):
     return trial, r_t, jac_t, v_t
 
 
+def _damping(damping, grow, better, actual, predicted):
+    """Nielsen's damping update: after an accepted step shrink lambda by max(1/3, 1 - (2 rho - 1)^3)
+    (rho: actual over predicted decrease, so a step the linear model foresaw well shrinks it most);
+    after a rejected one multiply it by a factor that doubles with each rejection in a row."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho = np.nan_to_num(actual / predicted, nan=0.0)
+    shrink = np.maximum(1 / 3, 1 - (2 * np.clip(rho, 0.0, 1.0) - 1) ** 3)
+    return np.where(better, damping * shrink, damping * grow), np.where(better, 2.0, grow * 2)
+
+
 def minimise(lx: np.ndarray, ybar: np.ndarray, w: np.ndarray, starts: np.ndarray, iters: int,
              rtol: float = POLISH_RTOL) -> tuple[np.ndarray, np.ndarray]:
     """B independent weighted least-squares fits by Levenberg-Marquardt, vectorised over problems.
@@ -168,6 +178,7 @@ def minimise(lx: np.ndarray, ybar: np.ndarray, w: np.ndarray, starts: np.ndarray
     value = (w * r * r).sum(1)
     out_theta, out_value = theta.copy(), value.copy()
     damping = np.full(theta.shape[0], 1e-3)
+    grow = np.full(theta.shape[0], 2.0)
     ids = np.arange(theta.shape[0])
     for _ in range(iters):
         if ids.size == 0:
@@ -178,13 +189,14 @@ def minimise(lx: np.ndarray, ybar: np.ndarray, w: np.ndarray, starts: np.ndarray
         # converged: an accepted step gains < rtol, or a rejected one moves the objective by < rtol
         # (a descent step that fails only at rounding level: nothing left to gain at any damping)
         flat = ~better & (v_t - value <= rtol * value)
+        damping, grow = _damping(damping, grow, better, value - v_t,
+                                 value - (w * (r + np.einsum("bkn,bk->bn", jac, trial - theta)) ** 2).sum(1))
         theta[better], r[better], value[better], jac[better] = trial[better], r_t[better], v_t[better], jac_t[better]
-        damping = np.where(better, damping / 10, damping * 10)
         done = (better & (gain < rtol)) | flat | (damping > MAX_DAMPING)
         if done.any():
             out_theta[ids[done]], out_value[ids[done]] = theta[done], value[done]
             keep = ~done
-            ids, theta, r, jac, value, damping, y = (a[keep] for a in (ids, theta, r, jac, value, damping, y))
+            ids, theta, r, jac, value, damping, grow, y = (a[keep] for a in (ids, theta, r, jac, value, damping, grow, y))
     out_theta[ids], out_value[ids] = theta, value
     out_theta[:, 0] = np.clip(np.log(out_theta[:, 0]), *BOUNDS[0])
     return out_theta, out_value
