@@ -12,6 +12,11 @@ Solver (`solve`): a grid over alpha with (E, A) profiled out in closed form at e
 (`grid_starts`), its steepest point and the pure power law (E at its bound); the lowest is
 polished by Levenberg-Marquardt to convergence. It is vectorised over problems, so the point
 fit and every bootstrap resample go through the very same code: grid, then polish.
+
+The polish steps in (E, a, alpha), E itself rather than its log: the objective and the bounds are
+the same (E = exp(e) is monotone), but the Jacobian column of E, 1 / L_hat, does not vanish as E
+-> 0, so a fit whose optimum lies on the face E = 2e-9 reaches it in a few steps instead of
+crawling down e = log E (a 4-point fit took ~400 steps that way, ~60 now).
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ BOUNDS = ((-20.0, 10.0), (-30.0, 30.0), (1e-3, 4.0))  # (e, a, alpha); e = -20 i
 ALPHA_GRID = tuple(float(a) for a in np.geomspace(0.01, BOUNDS[2][1], 36))  # E, A profiled out at each
 POLISH_ITERS = 400  # LM iterations for the best start, stopped earlier at convergence
 STEEP_ITERS = 30  # LM iterations for the steepest grid start before the candidates are compared
-POLISH_RTOL = 1e-14  # converged: an accepted step improves the objective by less than this, relative
+POLISH_RTOL = 1e-14  # converged: a step changes the objective by less than this, relative
 MAX_DAMPING = 1e12  # no descent step left at any damping: converged (or stuck on a bound)
 
 
@@ -84,75 +89,139 @@ def solve_sym3(h: dict[str, np.ndarray], g: tuple[np.ndarray, ...]) -> np.ndarra
     return np.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
 
 
-def _lm_step(theta: np.ndarray, r: np.ndarray, jac: tuple[np.ndarray, ...], w: np.ndarray,
-             damping: np.ndarray) -> np.ndarray:
-    """Marquardt step (J'WJ + lambda diag(J'WJ)) step = -J'W r on the free parameters: one at a
-    bound whose descent direction points out of the box is held there (an active set)."""
+def _linear_e_residuals(theta: np.ndarray, lx: np.ndarray, ybar: np.ndarray):
+    """Residuals [B, n] and the Jacobian [B, 3, n] of pred in (E, a, alpha), rows theta = (E, a, alpha)."""
+    E, a, alpha = theta[:, :1], theta[:, 1:2], theta[:, 2:3]
+    pred = np.logaddexp(np.log(E), a - alpha * lx)
+    inv = np.exp(-pred)
+    w_a = 1.0 - E * inv
+    return pred - ybar, np.stack([inv, w_a, -w_a * lx], axis=1)
+
+
+def _polish_bounds() -> tuple[np.ndarray, np.ndarray]:
+    """BOUNDS with the first coordinate as E = exp(e)."""
     lo, hi = _bounds()
-    wj = [w * j for j in jac]
-    g = [(wj_i * r).sum(1) for wj_i in wj]
-    held = [((theta[:, i] <= lo[i]) & (g[i] > 0)) | ((theta[:, i] >= hi[i]) & (g[i] < 0)) for i in range(3)]
-    h = {}
-    for i in range(3):
-        for k in range(i, 3):
-            hik = (wj[i] * jac[k]).sum(1)
-            if i == k:
-                hik = np.where(held[i], 1.0, hik * (1 + damping) + 1e-14)
-            else:
-                hik = np.where(held[i] | held[k], 0.0, hik)
-            h[f"{i}{k}"] = hik
-    return solve_sym3(h, tuple(np.where(held[i], 0.0, -g[i]) for i in range(3)))
+    return np.array([np.exp(lo[0]), lo[1], lo[2]]), np.array([np.exp(hi[0]), hi[1], hi[2]])
+
+
+_DIAG = np.arange(3)
+
+
+def _lm_step(theta: np.ndarray, r: np.ndarray, jac: np.ndarray, w: np.ndarray,
+             damping: np.ndarray, lo: np.ndarray, hi: np.ndarray, force: np.ndarray | None = None) -> np.ndarray:
+    """Marquardt step (J'WJ + lambda diag(J'WJ)) step = -J'W r on the free parameters: one at a
+    bound whose descent direction points out of the box is held there (an active set), as is every
+    coordinate of `force` [B, 3] (True: held). jac [B, 3, n]."""
+    wj = jac * w
+    g = np.einsum("bkn,bn->bk", wj, r)
+    h = np.einsum("bkn,bjn->bkj", wj, jac)
+    held = ((theta <= lo) & (g > 0)) | ((theta >= hi) & (g < 0))
+    if force is not None:
+        held |= force
+    free = ~held
+    h *= free[:, :, None] & free[:, None, :]
+    h[:, _DIAG, _DIAG] = np.where(held, 1.0, h[:, _DIAG, _DIAG] * (1 + damping[:, None]) + 1e-14)
+    rhs = np.where(held, 0.0, -g)
+    entries = {f"{i}{k}": h[:, i, k] for i in range(3) for k in range(i, 3)}
+    return solve_sym3(entries, (rhs[:, 0], rhs[:, 1], rhs[:, 2]))
+
+
+def _projected_trial(theta, r, jac, lx, ybar, w, damping, lo, hi):
+    """The LM trial clipped to the box and, where that clipping cut a coordinate, the projected
+    step too: the clipped coordinates set on their bound and the others re-solved on that face
+    (the clipped trial alone moves the free coordinates as if the bound were not there, and is
+    then rejected step after step). The lower of the two objectives is the trial."""
+    raw = theta + _lm_step(theta, r, jac, w, damping, lo, hi)
+    trial = np.clip(raw, lo, hi)
+    r_t, jac_t = _linear_e_residuals(trial, lx, ybar)
+    v_t = (w * r_t * r_t).sum(1)
+    cut = raw != trial
+    rows = np.flatnonzero(cut.any(1))
+    if rows.size:
+        fixed = np.where(cut[rows], trial[rows] - theta[rows], 0.0)
+        r_face = r[rows] + np.einsum("bkn,bk->bn", jac[rows], fixed)
+        free = _lm_step(theta[rows], r_face, jac[rows], w, damping[rows], lo, hi, cut[rows])
+        face = np.clip(theta[rows] + fixed + free, lo, hi)
+        r_f, jac_f = _linear_e_residuals(face, lx, ybar[rows])
+        v_f = (w * r_f * r_f).sum(1)
+        take = v_f < v_t[rows]
+        sel = rows[take]
+        trial[sel], r_t[sel], v_t[sel], jac_t[sel] = face[take], r_f[take], v_f[take], jac_f[take]
+    return trial, r_t, jac_t, v_t
+
+
+def _damping(damping, grow, better, actual, predicted):
+    """Nielsen's damping update: after an accepted step shrink lambda by max(1/3, 1 - (2 rho - 1)^3)
+    (rho: actual over predicted decrease, so a step the linear model foresaw well shrinks it most);
+    after a rejected one multiply it by a factor that doubles with each rejection in a row."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho = np.nan_to_num(actual / predicted, nan=0.0)
+    shrink = np.maximum(1 / 3, 1 - (2 * np.clip(rho, 0.0, 1.0) - 1) ** 3)
+    return np.where(better, damping * shrink, damping * grow), np.where(better, 2.0, grow * 2)
 
 
 def minimise(lx: np.ndarray, ybar: np.ndarray, w: np.ndarray, starts: np.ndarray, iters: int,
              rtol: float = POLISH_RTOL) -> tuple[np.ndarray, np.ndarray]:
     """B independent weighted least-squares fits by Levenberg-Marquardt, vectorised over problems.
 
-    A step is accepted only if it lowers the objective (else the damping grows tenfold), and
-    steps are clipped to BOUNDS. Returns (theta [B, 3], objective [B]).
+    Steps are taken in (E, a, alpha) (see the module doc) and clipped to BOUNDS; a step is accepted
+    only if it lowers the objective (else the damping grows tenfold). Starts and the returned theta
+    are (e, a, alpha). Returns (theta [B, 3], objective [B]). The problems still running are kept
+    in compact arrays, written back as they converge.
     """
-    lo, hi = _bounds()
-    ybar = np.ascontiguousarray(np.broadcast_to(ybar, (starts.shape[0], lx.size)))
-    theta = np.clip(starts.astype(float), lo, hi)
-    r, jac = _residuals_and_jacobian(theta, lx, ybar)
+    lo, hi = _polish_bounds()
+    y = np.ascontiguousarray(np.broadcast_to(ybar, (starts.shape[0], lx.size)))
+    theta = starts.astype(float).copy()
+    theta[:, 0] = np.exp(theta[:, 0])
+    theta = np.clip(theta, lo, hi)
+    r, jac = _linear_e_residuals(theta, lx, y)
     value = (w * r * r).sum(1)
+    out_theta, out_value = theta.copy(), value.copy()
     damping = np.full(theta.shape[0], 1e-3)
-    idx = np.arange(theta.shape[0])
+    grow = np.full(theta.shape[0], 2.0)
+    ids = np.arange(theta.shape[0])
     for _ in range(iters):
-        if idx.size == 0:
+        if ids.size == 0:
             break
-        step = _lm_step(theta[idx], r[idx], tuple(j[idx] for j in jac), w, damping[idx])
-        trial = np.clip(theta[idx] + step, lo, hi)
-        r_t, jac_t = _residuals_and_jacobian(trial, lx, ybar[idx])
-        v_t = (w * r_t * r_t).sum(1)
-        better = v_t < value[idx]
-        gain = np.where(better, (value[idx] - v_t) / np.maximum(value[idx], 1e-300), 0.0)
-        acc = idx[better]
-        theta[acc], r[acc], value[acc] = trial[better], r_t[better], v_t[better]
-        for j, j_t in zip(jac, jac_t):
-            j[acc] = j_t[better]
-        damping[idx] = np.where(better, damping[idx] / 10, damping[idx] * 10)
-        idx = idx[~((better & (gain < rtol)) | (damping[idx] > MAX_DAMPING))]
-    return theta, value
+        trial, r_t, jac_t, v_t = _projected_trial(theta, r, jac, lx, y, w, damping, lo, hi)
+        better = v_t < value
+        gain = np.where(better, (value - v_t) / np.maximum(value, 1e-300), 0.0)
+        # converged: an accepted step gains < rtol, or a rejected one moves the objective by < rtol
+        # (a descent step that fails only at rounding level: nothing left to gain at any damping)
+        flat = ~better & (v_t - value <= rtol * value)
+        damping, grow = _damping(damping, grow, better, value - v_t,
+                                 value - (w * (r + np.einsum("bkn,bk->bn", jac, trial - theta)) ** 2).sum(1))
+        theta[better], r[better], value[better], jac[better] = trial[better], r_t[better], v_t[better], jac_t[better]
+        done = (better & (gain < rtol)) | flat | (damping > MAX_DAMPING)
+        if done.any():
+            out_theta[ids[done]], out_value[ids[done]] = theta[done], value[done]
+            keep = ~done
+            ids, theta, r, jac, value, damping, grow, y = (a[keep] for a in (ids, theta, r, jac, value, damping, grow, y))
+    out_theta[ids], out_value[ids] = theta, value
+    out_theta[:, 0] = np.clip(np.log(out_theta[:, 0]), *BOUNDS[0])
+    return out_theta, out_value
 
 
-def _profile_start(lx: np.ndarray, y: np.ndarray, w: np.ndarray, alpha: float) -> np.ndarray:
-    """(e, a, alpha) [B, 3] with (E, A) the closed-form weighted least-squares line of L on
-    x^-alpha (weights w / L^2, the linearisation of the log objective), E kept >= its bound."""
+def _profile_starts(lx: np.ndarray, y: np.ndarray, w: np.ndarray, alphas: np.ndarray) -> np.ndarray:
+    """(e, a, alpha) [B, G, 3] for each grid alpha [G], with (E, A) the closed-form weighted
+    least-squares line of L on x^-alpha (weights w / L^2, the linearisation of the log objective),
+    E kept >= its bound; all grid points at once."""
     lo, hi = _bounds()
-    z = np.exp(-alpha * lx)
-    om = w / (y * y)
-    s0, s1, s2 = om.sum(1), (om * z).sum(1), (om * z * z).sum(1)
-    t0, t1 = (om * y).sum(1), (om * y * z).sum(1)
-    det = s0 * s2 - s1 * s1
-    e_lin = (s2 * t0 - s1 * t1) / det
-    a_lin = (s0 * t1 - s1 * t0) / det
-    floor = np.exp(lo[0])
-    a_only = np.maximum((t1 - floor * s1) / s2, 1e-300)  # E at its bound: A alone
-    a_lin = np.where(e_lin > floor, a_lin, a_only)
-    e_lin = np.maximum(e_lin, floor)
-    a_ref = np.log(np.maximum(a_lin, 1e-300))
-    return np.clip(np.stack([np.log(e_lin), a_ref, np.full_like(e_lin, alpha)], axis=1), lo, hi)
+    z = np.exp(-alphas[:, None] * lx)  # [G, n]
+    om = w / (y * y)  # [B, n]
+    s0, t0 = om.sum(1)[:, None], (om * y).sum(1)[:, None]
+    s1, s2, t1 = om @ z.T, om @ (z * z).T, (om * y) @ z.T  # [B, G]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        det = s0 * s2 - s1 * s1
+        e_lin = (s2 * t0 - s1 * t1) / det
+        a_lin = (s0 * t1 - s1 * t0) / det
+        floor = np.exp(lo[0])
+        a_only = np.maximum((t1 - floor * s1) / s2, 1e-300)  # E at its bound: A alone
+        a_lin = np.where(e_lin > floor, a_lin, a_only)
+        e_lin = np.maximum(e_lin, floor)
+        a_ref = np.log(np.maximum(a_lin, 1e-300))
+        out = np.stack([np.log(e_lin), a_ref, np.broadcast_to(alphas, e_lin.shape)], axis=2)
+    return np.clip(out, lo, hi)
 
 
 def grid_starts(lx: np.ndarray, ybar: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -162,16 +231,11 @@ def grid_starts(lx: np.ndarray, ybar: np.ndarray, w: np.ndarray) -> np.ndarray:
     exact log-log least-squares line)."""
     lo, hi = _bounds()
     y = np.exp(np.minimum(ybar, 700.0))
-    best, best_v, steep = None, None, None
-    for alpha in ALPHA_GRID:
-        cand = _profile_start(lx, y, w, alpha)
-        v = np.nan_to_num(objective(cand, lx, ybar, w), nan=np.inf)
-        if best is None:
-            best, best_v = cand, v
-        else:
-            take = v < best_v
-            best[take], best_v[take] = cand[take], v[take]
-        steep = cand
+    cand = _profile_starts(lx, y, w, np.asarray(ALPHA_GRID))  # [B, G, 3]
+    pred = np.logaddexp(cand[..., :1], cand[..., 1:2] - cand[..., 2:3] * lx)  # [B, G, n]
+    v = np.nan_to_num((w * (pred - ybar[:, None, :]) ** 2).sum(2), nan=np.inf)
+    rows = np.arange(cand.shape[0])
+    best, steep = cand[rows, v.argmin(1)], cand[:, -1]  # argmin: the first grid point of the lowest
     xm = (w * lx).sum() / w.sum()
     ym = (ybar * w).sum(1) / w.sum()
     slope = ((ybar - ym[:, None]) * (lx - xm) * w).sum(1) / ((lx - xm) ** 2 * w).sum()

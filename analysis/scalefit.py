@@ -22,9 +22,27 @@ exactly the t(df) interval. Resamples that end at a bound are counted and report
 
 Model-form rule (`FORM_RULE`). The full form needs >= 1 residual df (k >= 4 sizes); with 0 df it
 is `saturated`. E is identified when the extra-sum-of-squares F test rejects E = 0 (the pure power
-law A x^-alpha, nested at the bound E -> 0) at 5 %, i.e. when E's 95 % profile interval excludes
-its bound. When E is not identified (or the full form would be saturated) the reduced form, the
-pure power law with E fixed at 0, is fitted instead and named: status `reduced`, never `ok`.
+law A x^-alpha, nested at the bound E -> 0) at 5 %, with the pure-error mean square (the seed
+noise, df N - k) as its denominator: F = (SS_pure_law - SS_full) / MS_pure on (1, N - k) df. When
+E is not identified (or the full form would be saturated) the reduced form, the pure power law with
+E fixed at 0, is fitted instead and named: status `reduced`, never `ok`.
+
+Why the pure-error denominator (the selection argument). A fit is reported `ok` only when the
+rule picks the full form, so the intervals must hold their coverage *among the fits it picks*,
+not only over all data sets. The between-size mean square, the intervals' scale, has 1 df with
+4 sizes; an F test against it needs F > F_0.95(1, 1) = 161, which in practice selects the data
+sets whose between-size mean square came out small by chance, exactly the ones whose intervals
+are too narrow (measured on planted 4-size x 3-seed designs with 0.5 % seed and size noise: 78 %
+coverage among the selected fits, 95-97 % over all). The within-size sum of squares is
+independent of the size means (normal errors), and in the linearised model the curvature
+contrast the test reads is orthogonal to the residual contrast the scale reads, so selecting on
+the pure-error test leaves the intervals' scale untouched: 94-95 % coverage among `ok` fits at
+0.1 %, 0.25 % and 0.5 % noise (tests/analysis/test_calibration.py). Limits, stated: size-level
+deviations inflate the test's numerator, so it is a test that the curvature exceeds seed noise
+(it rejects E = 0 more often than 5 % when the truth is a pure power law and sizes scatter), and
+when that curvature is weak (seed noise ~2 %, power well below 1) the fits it selects have their
+curvature overestimated and their coverage falls (~80 %). An `ok` fit whose E interval still
+reaches its bound says so in its reason.
 """
 from __future__ import annotations
 
@@ -40,7 +58,8 @@ from analysis import powerlaw
 from analysis.stats import percentile_ci
 
 FORM_RULE = ("E + A*x^-alpha needs >= 1 residual df (>= 4 sizes); E is identified when the F test of E = 0 "
-             "rejects at 5 %; otherwise the pure power law A*x^-alpha (E fixed at 0) is fitted, status reduced")
+             "against the pure-error (seed) mean square rejects at 5 %; otherwise the pure power law A*x^-alpha "
+             "(E fixed at 0) is fitted, status reduced")
 E_TEST_LEVEL = 0.05
 FULL, PURE = "E + A*x^-alpha", "A*x^-alpha (E fixed at 0)"
 ALPHA_EDGE = (2 * powerlaw.BOUNDS[2][0], 0.99 * powerlaw.BOUNDS[2][1])  # exponent at its search bound
@@ -125,7 +144,10 @@ class PowerFit:
                 "scale": None if sc is None else {"source": sc.source, "df": sc.df, "s2": num(sc.s2)},
                 "lack_of_fit": None if sc is None else {"F": num(sc.lof_f), "p": num(sc.lof_p),
                                                         "df": [self.df_resid, self.df_pure]},
-                "e_test": None if self.e_test is None else {"F": num(self.e_test[0]), "p": num(self.e_test[1])},
+                "e_test": None if self.e_test is None else {
+                    "F": num(self.e_test[0]), "p": num(self.e_test[1]),
+                    "denominator": "pure error" if self.df_pure > 0 else "between-size",
+                    "df": [1, self.df_pure if self.df_pure > 0 else sc.df]},
                 "resamples": 0 if self.samples is None else len(self.samples),
                 "resamples_at_bound": self.at_bound, "form_rule": FORM_RULE}
 
@@ -177,9 +199,8 @@ def fit_power_law(x, values: list[np.ndarray], *, resamples: int, seed: int, key
     _, ss_pure, _ = _pure_fit(d)
     if k - 3 >= 1:
         sc = scale(ss_full, k - 3, d)
-        f = (ss_pure - ss_full) / sc.s2 if sc.s2 > 0 else (math.inf if ss_pure > ss_full else 0.0)
-        f = max(f, 0.0)
-        e_test = (f, float(sps.f.sf(f, 1, sc.df)) if math.isfinite(f) else 0.0)
+        e_test = e_zero_test(ss_pure, ss_full, d, sc)
+        f = e_test[0]
         if e_test[1] < E_TEST_LEVEL or not reducible:
             return _full(d, theta, sc, e_test, resamples, seed, key)
         why = f"E not identified (F test of E = 0: F = {f:.3g}, p = {e_test[1]:.2g}); pure power law fitted"
@@ -191,6 +212,15 @@ def fit_power_law(x, values: list[np.ndarray], *, resamples: int, seed: int, key
                         "0 residual df: as many parameters as points, no interval")
     return _pure(d, resamples, seed, key, None, f"{k} sizes: E + A*x^-alpha would be saturated (0 residual df); "
                                                  "pure power law fitted")
+
+
+def e_zero_test(ss_pure_law: float, ss_full: float, d: Design, sc: Scale) -> tuple[float, float]:
+    """(F, p) of E = 0 by FORM_RULE: the drop in SS over the pure-error mean square on (1, N - k)
+    df; the between-size scale only where there is no pure error (one seed per size)."""
+    den, df = (d.ss_pure / d.df_pure, d.df_pure) if d.df_pure > 0 else (sc.s2, sc.df)
+    drop = max(ss_pure_law - ss_full, 0.0)
+    f = drop / den if den > 0 else (math.inf if drop > 0 else 0.0)
+    return f, (float(sps.f.sf(f, 1, df)) if math.isfinite(f) else 0.0)
 
 
 def _full(d: Design, theta: np.ndarray, sc: Scale, e_test, resamples: int, seed: int, key: str) -> PowerFit:
@@ -205,6 +235,8 @@ def _full(d: Design, theta: np.ndarray, sc: Scale, e_test, resamples: int, seed:
     if theta[0] <= E_EDGE:
         notes.append(f"E at its bound ({point[0]:.3g})")
     status = "at_bound" if notes else "ok"
+    if status == "ok" and lo[0] <= math.exp(E_EDGE):
+        notes.append("E's 95 % interval reaches its bound (E > 0 against seed noise, not against the between-size scatter)")
     return PowerFit(FULL, status, point, lo, hi, boot, d.x.size - 3, d.df_pure, sc, e_test, at_bound,
                     "; ".join(notes))
 

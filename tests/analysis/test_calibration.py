@@ -21,11 +21,12 @@ def _planted(rng, xs, seeds=3, truth=TRUTH, sigma=SEED_NOISE, tau=SIZE_NOISE):
     return [np.exp(m + sigma * rng.standard_normal(seeds)) for m in mu]
 
 
-def _coverage(xs, replicas: int, resamples: int):
+def _coverage(xs, replicas: int, resamples: int, sigma=SEED_NOISE, tau=SIZE_NOISE):
     rng = np.random.default_rng(11)
     hits, n_ok, statuses = np.zeros(3), 0, {}
     for r in range(replicas):
-        fit = scalefit.fit_power_law(xs, _planted(rng, xs), resamples=resamples, seed=r, key="cov")
+        fit = scalefit.fit_power_law(xs, _planted(rng, xs, sigma=sigma, tau=tau), resamples=resamples, seed=r,
+                                     key="cov")
         statuses[fit.status] = statuses.get(fit.status, 0) + 1
         if fit.status == "ok":
             n_ok += 1
@@ -33,11 +34,16 @@ def _coverage(xs, replicas: int, resamples: int):
     return hits / max(n_ok, 1), n_ok, statuses
 
 
-@pytest.mark.slow  # ~17 s on one core: 200 replicas x 60 resamples
-def test_alpha_and_e_intervals_cover_in_a_4_size_3_seed_design():
-    cover, n_ok, statuses = _coverage(X4, replicas=200, resamples=60)
-    assert n_ok >= 100, statuses
-    assert np.all((cover >= 0.90) & (cover <= 0.98)), (cover, statuses)
+@pytest.mark.slow  # ~15-25 s each on one core: 200 replicas x 60 resamples
+@pytest.mark.parametrize("sigma, tau", [(0.001, 0.001), (0.0025, 0.0025), (0.005, 0.005)],
+                         ids=["clean", "between", "laptop-like"])
+def test_alpha_and_e_intervals_cover_among_ok_fits_in_a_4_size_3_seed_design(sigma, tau):
+    """Coverage among the fits reported `ok` (the selection the form rule makes included), at seed
+    and size noise from well below to the laptop study's (0.5 % each). 200 replicas: binomial sd
+    of a 95 % coverage ~1.6 % on >= 150 ok fits."""
+    cover, n_ok, statuses = _coverage(X4, replicas=200, resamples=60, sigma=sigma, tau=tau)
+    assert n_ok >= 150, statuses
+    assert np.all((cover >= 0.90) & (cover <= 0.98)), (cover, n_ok, statuses)
 
 
 def test_a_well_identified_design_gives_ok_fits_that_cover():
@@ -47,24 +53,30 @@ def test_a_well_identified_design_gives_ok_fits_that_cover():
 
 
 def test_an_e_unidentified_design_takes_the_reduced_form():
-    """Laptop-like seed noise (0.5 %) and size noise over 0.77 decades: E is rarely identified."""
+    """Seed noise (2 %) swamping the curvature E makes over 0.77 decades: E is mostly not identified."""
     rng = np.random.default_rng(3)
-    statuses = [scalefit.fit_power_law(X4, _planted(rng, X4, sigma=0.005, tau=0.005), resamples=20, seed=r).status
+    statuses = [scalefit.fit_power_law(X4, _planted(rng, X4, sigma=0.02, tau=0.005), resamples=20, seed=r).status
                 for r in range(30)]
-    assert statuses.count("reduced") >= 15 and set(statuses) <= {"ok", "reduced", "at_bound"}
-    fit = scalefit.fit_power_law(X4, _planted(rng, X4, sigma=0.005, tau=0.005), resamples=20, seed=0)
-    if fit.status == "reduced":
+    assert statuses.count("reduced") >= 15 and set(statuses) <= {"ok", "reduced", "at_bound"}, statuses
+    fits = [scalefit.fit_power_law(X4, _planted(rng, X4, sigma=0.02, tau=0.005), resamples=20, seed=r) for r in range(5)]
+    reduced = [f for f in fits if f.status == "reduced"]
+    assert reduced, [f.status for f in fits]
+    for fit in reduced:
         assert fit.form == scalefit.PURE and "E not identified" in fit.reason and fit.point[0] == 0.0
+        assert fit.diagnostics()["e_test"]["denominator"] == "pure error"
 
 
-def test_trend_slope_interval_covers_with_seed_and_size_noise():
-    """Gap = 0.6 - 0.3 log10(x / x0) + size noise + paired seed noise; OLS over 4 size means, t(2)."""
+@pytest.mark.parametrize("size_sd, seed_sd", [(0.02, 0.03), (0.01, 0.01), (0.002, 0.002)],
+                         ids=["noisy", "laptop-like", "clean"])
+def test_trend_slope_interval_covers_with_seed_and_size_noise(size_sd, seed_sd):
+    """Gap = 0.6 - 0.3 log10(x / x0) + size noise + paired seed noise; OLS over 4 size means, t(2).
+    Laptop-like: 0.5 % of a ~2 nats/byte loss per seed and per size."""
     rng = np.random.default_rng(5)
     lx = np.log10(X4 / X4[0])
     hits = 0
     for _ in range(300):
-        gap = 0.6 - 0.3 * lx + 0.02 * rng.standard_normal(4)
-        means = [np.mean(g + 0.03 * rng.standard_normal(3)) for g in gap]
+        gap = 0.6 - 0.3 * lx + size_sd * rng.standard_normal(4)
+        means = [np.mean(g + seed_sd * rng.standard_normal(3)) for g in gap]
         t = ols_trend(X4, np.array(means))
         hits += t.lo <= -0.3 <= t.hi
         assert t.df == 2 and abs(t.span_decades - 0.773) < 0.01
