@@ -125,10 +125,23 @@ def _expand(settings: StudySettings) -> list[Cell]:
     except ValueError as error:
         raise StudyError(str(error).splitlines()[0]) from None
     cells = ([judge] if judge is not None else []) + cells
-    ids = [cell.run_id for cell in cells]
-    if len(set(ids)) != len(ids):
-        raise StudyError("arms: two arms describe the same runs; remove the duplicate arm")
+    _refuse_duplicates(cells, settings)
     return cells
+
+
+def _refuse_duplicates(cells: list[Cell], settings: StudySettings) -> None:
+    """Two cells with one run id: a step cap that merges runs of different plans, or duplicate arms."""
+    seen: dict[str, Cell] = {}
+    for cell in cells:
+        first = seen.setdefault(cell.run_id, cell)
+        if first is cell:
+            continue
+        spec = cell.spec
+        where = f"{spec.family} {spec.variant} {spec.size} s{spec.seed} ({cell.run_id})"
+        if settings.budget.max_steps is not None and dict(first.spec.tracking) != dict(spec.tracking):
+            raise StudyError(f"max_steps: {settings.budget.max_steps} caps two planned runs into one, {where}; "
+                             "raise --max-steps past the shorter run's steps, or plan one budget")
+        raise StudyError(f"arms: two arms describe the same runs ({where}); remove the duplicate arm")
 
 
 def _resolve(arm: Arm, network: dict) -> dict:

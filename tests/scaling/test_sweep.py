@@ -114,3 +114,23 @@ def test_wsd_branches_follow_their_trunk_and_cost_their_decay_only():
     assert [r.flops / per_token for r in rows[1:]] == [5 * 32 * 32, 10 * 32 * 32]
     plain = build_study({**BASE, "families": "ar", "tokens": 32 * 32 * 100, "run": {"schedule": "wsd"}})
     assert trunk.run_id == plain.cells[0].run_id  # a trunk is the run it would be without branches
+
+
+def test_a_step_cap_that_merges_planned_runs_is_refused_naming_it(tmp_path, monkeypatch, capsys):
+    """Neighbouring isoFLOP profiles share a shape; capped at 2 steps their runs are one run."""
+    monkeypatch.chdir(tmp_path)
+    code = launch.main(["--preset", "frontier", "--max-steps", "2", "--dry-run"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("launch: max_steps: 2 caps two planned runs into one, "), err
+    assert "raise --max-steps" in err[0] and list(tmp_path.iterdir()) == []
+    assert launch.main(["--preset", "frontier", "--dry-run"]) == 0  # uncapped, every planned run is its own
+
+
+def test_two_identical_arms_are_refused_naming_the_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    spec = tmp_path / "twice.toml"
+    spec.write_text('sizes = ["0.1M"]\nseeds = 1\n[[arms]]\nfamily = "ar"\n[[arms]]\nfamily = "ar"\n')
+    code = launch.main(["--spec", str(spec), "--dry-run"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith("launch: arms: two arms describe the same runs (ar base 0.1M s0 ("), err
