@@ -5,7 +5,8 @@ candidates per cell. A cell is (family, variant, dataset, metric, size, budget):
 the run's `budget_flops` when its plan set one, else the tokens its plan asked for
 (`plan_tokens`), else its tokens. Per cell and metric the candidate (one combination of swept
 values) with the lowest seed-mean value on `SELECTION_SPLIT` of the study's corpus is chosen
-(metrics measured per M follow the choice made on FALLBACK_METRIC); its runs' values on every *other*
+(metrics measured per M, and properties of the data such as nll_unigram, follow the choice made on
+FALLBACK_METRIC); its runs' values on every *other*
 split are what gets reported and fitted, so selection cannot flatter them. A chosen value at
 either end of its swept range is a warning naming the cell ("widen the sweep").
 """
@@ -18,8 +19,12 @@ import polars as pl
 SELECTION_SPLIT = "validation"
 SWEEP_PREFIX = "sweep_"
 CELL = ("family", "variant", "dataset", "metric", "size", "cell_budget")
-# Metrics with no selection of their own (the ensemble's per-M rows) follow the runs chosen on this one.
+# Metrics with no selection of their own (the ensemble's per-M rows, and DATA_METRICS) follow the runs
+# chosen on this one.
 FALLBACK_METRIC = "nll_l2r"
+# Properties of the evaluation data, the same for every candidate: nothing to choose on them (and a
+# "widen the sweep" warning on them would be noise).
+DATA_METRICS = ("nll_unigram",)
 
 
 @dataclass(frozen=True)
@@ -88,7 +93,7 @@ def select(final: pl.DataFrame) -> Selection:
     notes = [f"{', '.join(bare)}: no split beside {SELECTION_SPLIT}, so its reported values are the ones "
              "selection minimised (optimistic); evaluate a test split"] if bare else []
     corpus = val.group_by("dataset").len().sort(["len", "dataset"], descending=[True, False])["dataset"][0]
-    val = val.filter((pl.col("dataset") == corpus) & pl.col("m").is_null())
+    val = val.filter((pl.col("dataset") == corpus) & pl.col("m").is_null() & ~pl.col("metric").is_in(DATA_METRICS))
     candidates = (val.group_by([*CELL, *sweeps]).agg(pl.col("value").mean().alias("val_mean"),
                                                      pl.col("seed").n_unique().alias("n_seeds"),
                                                      pl.col("run_id").unique().alias("run_ids"),

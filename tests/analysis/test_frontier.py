@@ -1,6 +1,7 @@
 """Selection on validation and the frontier fits on planted (N, D) laws (analysis.selection/frontier)."""
 from __future__ import annotations
 
+import polars as pl
 import pytest
 
 from analysis import frontier, selection
@@ -73,3 +74,12 @@ def test_frontiers_that_do_not_overlap_give_an_extrapolated_k():
     front = frontier.analyse(selection.select(far).reported, resamples=0)
     (other,) = [e for e in front.entries if e.key[0] == "aogpt"]
     assert [k["extrapolated"] for k in other.multipliers] == [True]
+
+
+def test_a_property_of_the_data_is_not_selected_on_and_follows_the_l2r_choice():
+    recs = fs.records(seed=2)
+    unigram = recs.with_columns(metric=pl.lit("nll_unigram"), value=pl.lit(3.3) + pl.col("sweep_lr"))  # lowest at the edge
+    sel = selection.select(pl.concat([recs, unigram]))
+    assert set(sel.chosen["metric"]) == {"nll_l2r"} and sel.warnings == ()
+    chosen_runs = set(sel.reported.filter(metric="nll_l2r")["run_id"])
+    assert set(sel.reported.filter(metric="nll_unigram")["run_id"]) == chosen_runs
