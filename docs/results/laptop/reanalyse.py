@@ -1,4 +1,5 @@
-"""Re-fit the laptop reference result from its checked-in tables with the current analysis.
+"""Re-fit the laptop preset's first reference result (evaluated on the first 1,024 validation
+windows, checked in under first-1024-windows/) from its tables with the current analysis.
 
 The per-seed nll_l2r / nll_anyorder values are in tables/plateau.csv, core parameters in
 tables/gap.csv, family parameters in tables/matched_family_gap.csv (AR's family count is not in
@@ -12,7 +13,7 @@ import polars as pl
 from analysis import fit_curves, summary
 from analysis.records import Inputs, validate
 
-d='docs/results/laptop/tables/'
+d='docs/results/laptop/first-1024-windows/tables/'
 p=pl.read_csv(d+'plateau.csv')
 x=pl.read_csv(d+'gap.csv').select('size','x').unique()
 fam=pl.read_csv(d+'matched_family_gap.csv').select('family','size',pl.col('x').alias('xf')).unique()
@@ -21,7 +22,7 @@ r=r.with_columns(pl.col('x').cast(pl.Int64).alias('n_params'), pl.col('xf').fill
 r=r.with_columns((8*pl.col('n_params')).alias('tokens')).with_columns((6.0*pl.col('n_params')*pl.col('tokens')).alias('flops'))
 r=r.select(pl.lit('laptop').alias('study'),'run_id','family','variant','size','n_params','n_params_family','tokens','flops','seed',pl.lit(1).alias('step'),'dataset','split','metric','value',pl.lit(None,dtype=pl.Float64).alias('se'),pl.lit(1024).alias('n_samples'),pl.lit(None,dtype=pl.Int64).alias('m'),pl.lit('nats/byte').alias('unit'))
 rec=validate(r,'recovered')
-a=fit_curves.analyse(Inputs(rec,None,('docs/results/laptop/tables/plateau.csv',)),bootstrap=1000,seed=0)
+a=fit_curves.analyse(Inputs(rec,None,('docs/results/laptop/first-1024-windows/tables/plateau.csv',)),bootstrap=1000,seed=0)
 s=summary.build_summary(a)
 for t in s.answer: print('-',t)
 for w in s.warnings: print('W',w)
