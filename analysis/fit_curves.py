@@ -21,10 +21,11 @@ from cli.paths import user_path
 
 from analysis import (DEFAULT_BOOTSTRAP, MIN_BOOTSTRAP, ablations, atomic, distinct, evalnoise, fairness, figures,
                       frontier_figures, io, sections, summary)
+from analysis.background import in_background
 from analysis.cells import CELL_KEYS, build_cells, latest
 from analysis.data_ledger import repetition_notes
 from analysis.ensemble import ensemble_studies
-from analysis.fits import CurveFit, fit_cell
+from analysis.fits import CurveFit, fit_cell, solved_once
 from analysis.gap import (COMPARED_METRICS, REFERENCE_FAMILY, REFERENCE_METRIC, compute_gaps, matched_family_gaps,
                           with_eval_noise)
 from analysis.selection import select
@@ -114,7 +115,10 @@ def analyse(inputs: Inputs, *, bootstrap: int = DEFAULT_BOOTSTRAP, x: str = "n_p
     """
     studies = sorted(inputs.records["study"].unique().to_list())
     many = len(studies) > 1
-    parts = [_analyse_one(_study_inputs(inputs, name, many), bootstrap, x, seed) for name in studies]
+    try:
+        parts = [_analyse_one(_study_inputs(inputs, name, many), bootstrap, x, seed) for name in studies]
+    finally:
+        solved_once.cache_clear()  # one analysis' cache: a later one solves its own data afresh
     if not many:
         return replace(parts[0], inputs=inputs, notes=parts[0].notes + tuple(
             f"run without eval.parquet: {r}" for r in inputs.missing_runs))
@@ -175,6 +179,7 @@ def _analyse_one(inputs: Inputs, bootstrap: int, x: str, seed: int) -> Analysis:
     flags = fairness.flagged(plateau)
     fit_input, distinct_notes = distinct.fitted_records(final)
     notes += distinct_notes
+    pending_ensembles = in_background(ensemble_studies, final, x, bootstrap, seed, resamples=bootstrap)
     cells, fits = _fitted(fit_input, x, bootstrap, seed, flags)
     by_key = {c.key: f for c, f in zip(cells, fits)}
     axis_fits = _axis_fits(fit_input, x, bootstrap, seed, flags)
@@ -187,7 +192,7 @@ def _analyse_one(inputs: Inputs, bootstrap: int, x: str, seed: int) -> Analysis:
     families = sorted(final["family"].unique().to_list())
     if len(families) < 2:
         notes.append(f"only one family present ({', '.join(families) or 'none'}): no cross-family comparison")
-    ensembles = [fairness.flag_ensemble(s, flags) for s in ensemble_studies(final, x, bootstrap, seed)]
+    ensembles = [fairness.flag_ensemble(s, flags) for s in pending_ensembles.result()]
     return Analysis(inputs, x, bootstrap, seed, tuple(notes), tuple(cells), tuple(fits), tuple(gaps),
                     tuple(gap_notes), tuple(ensembles),
                     ablations.variant_table(final), ablations.option_tables(final, inputs.options),

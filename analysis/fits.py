@@ -7,6 +7,7 @@ and the statuses `ok`, `reduced`, `saturated`, `at_bound` come from `analysis.sc
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from collections.abc import Callable
@@ -124,8 +125,10 @@ def fit_points(points: tuple[Point, ...], *, labels: dict, x: str, form: str, na
     xs = np.array([p.x for p in keep])
     if np.any(xs <= 0) or np.unique(xs).size < MIN_POINTS:
         return CurveFit(**base, params={}, status="not_identifiable", reason=f"need >= {MIN_POINTS} distinct positive {x} values")
-    key = "|".join(str(labels.get(k)) for k in ("family", "metric", "dataset", "split", "m", "size")) + f"|{x}"
-    fit = scalefit.fit_power_law(xs, values, resamples=resamples, seed=seed, key=key, reducible=reducible)
+    # The resamples' stream is the data's (not the axis name's): the same values on the same x
+    # values, named by another axis (AR's n_params_family is its n_params), are one fit, solved once.
+    key = "|".join(str(labels.get(k)) for k in ("family", "metric", "dataset", "split", "m", "size"))
+    fit = solved_once(key, tuple(xs.tolist()), tuple(tuple(v.tolist()) for v in values), resamples, seed, reducible)
     params = {n: Param(float(fit.point[i]), (_ci(fit.lo[i]), _ci(fit.hi[i]))) for i, n in enumerate(names)}
     if fit.form == scalefit.PURE:
         params[names[0]] = Param(0.0, (None, None))  # fixed, not estimated
@@ -137,6 +140,14 @@ def fit_points(points: tuple[Point, ...], *, labels: dict, x: str, form: str, na
     return CurveFit(**{**base, "form": shown}, params=params, status=fit.status, reason="; ".join(reasons),
                     predictions=predictions, samples=fit.samples, xs=tuple(float(v) for v in xs),
                     diagnostics=fit.diagnostics())
+
+
+@functools.lru_cache(maxsize=512)
+def solved_once(key: str, xs: tuple, values: tuple, resamples: int, seed: int, reducible: bool) -> scalefit.PowerFit:
+    """scalefit's fit of one data set, cached for one analysis (the k axes refit cells whose x values
+    may not change); analysis.fit_curves.analyse clears the cache when it returns."""
+    return scalefit.fit_power_law(np.array(xs), [np.array(v) for v in values], resamples=resamples, seed=seed,
+                                  key=key, reducible=reducible)
 
 
 def _ci(v: float) -> float | None:

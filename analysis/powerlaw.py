@@ -101,7 +101,8 @@ def solve_sym3(h: dict[str, np.ndarray], g: tuple[np.ndarray, ...]) -> np.ndarra
 def _linear_e_residuals(theta: np.ndarray, lx: np.ndarray, ybar: np.ndarray):
     """Residuals [B, n] and the Jacobian [B, 3, n] of pred in (E, a, alpha), rows theta = (E, a, alpha)."""
     E, a, alpha = theta[:, :1], theta[:, 1:2], theta[:, 2:3]
-    pred = np.logaddexp(np.log(E), a - alpha * lx)
+    with np.errstate(divide="ignore", invalid="ignore"):  # NaN rows (a failed start) lose at solve's pick
+        pred = np.logaddexp(np.log(E), a - alpha * lx)
     inv = np.exp(-pred)
     w_a = 1.0 - E * inv
     return pred - ybar, np.stack([inv, w_a, -w_a * lx], axis=1)
@@ -251,7 +252,8 @@ def grid_starts(lx: np.ndarray, ybar: np.ndarray, w: np.ndarray) -> np.ndarray:
     lo, hi = _bounds()
     y = np.exp(np.minimum(ybar, 700.0))
     cand = _profile_starts(lx, y, w, np.asarray(ALPHA_GRID))  # [B, G, 3]
-    pred = np.logaddexp(cand[..., :1], cand[..., 1:2] - cand[..., 2:3] * lx)  # [B, G, n]
+    with np.errstate(invalid="ignore"):  # a grid point whose profile failed is NaN: scored inf below
+        pred = np.logaddexp(cand[..., :1], cand[..., 1:2] - cand[..., 2:3] * lx)  # [B, G, n]
     v = np.nan_to_num((w * (pred - ybar[:, None, :]) ** 2).sum(2), nan=np.inf)
     rows = np.arange(cand.shape[0])
     best, steep = cand[rows, v.argmin(1)], cand[:, -1]  # argmin: the first grid point of the lowest
