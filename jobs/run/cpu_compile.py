@@ -11,20 +11,42 @@ Measured end to end by `python bench/bench_compile.py` (fresh `jobs.train` proce
 the quickstart's network, batch 32 x 32 bytes, lr and warm-up; wall = fixed + steps x step).
 
   size  family  eager fixed_s step_ms  cold fixed_s  warm fixed_s  compiled step_ms  break-even (cold)
-  0.1M  aogpt          15.6     83.6         236.5          51.9       108.4-127.6  never
-  (30 steps, on a shared 2-core machine at load average ~10; issue 26 measured inductor 1.37x
-   faster per step for AO-GPT at 0.1M on a quieter one and no faster at 0.3M: even at 1.37x,
-   0.1M AO-GPT saves ~15 ms a step, so a cold compile's ~1-4 minutes take thousands of steps to
-   pay back, beyond the 600 of the quickstart and the ~800 of the laptop preset at 0.1M)
+  0.1M  ar               5.5     24.2          46.9          11.4       17.8-20.4  8,130 steps
+  0.1M  aogpt            4.5     20.7          48.4          15.3       26.6-28.3  never
+  0.1M  mdm              6.1     21.9          51.8          12.0       21.0-18.0  19,613 steps
+  0.3M  ar               5.1     40.1          57.2          13.0       46.4-37.8  never
+  0.3M  aogpt            6.5     62.1          54.7          17.0       58.2-59.5  14,906 steps
+  0.3M  mdm              5.1     40.5          56.6          12.1       46.5-52.6  never
+  (bench/bench_compile.py --sizes 0.1M,0.3M --families ar,aogpt,mdm --steps 40 --json rows.json, alone on
+   the 2-core development machine, load average 1.2-1.6, at commit 01f2050. Compiled steps are no
+   faster, or faster by 2-5 ms, and a cold compile adds 41-52 s: compile would pay only past ~8,000
+   steps at these rungs, far beyond the quickstart's 600 and the laptop preset's longest run, 2,636
+   steps at 0.3M. So `auto` keeps every CPU preset eager. The previous table, one 30-step row under
+   load ~10, said the same for 0.1M AO-GPT.)
 
 To refresh: run the bench alone (`--json rows.json`) and replace MEASURED with its rows.
 """
 from __future__ import annotations
 
-MEASURED: tuple[dict, ...] = (  # bench/bench_compile.py --sizes 0.1M --families aogpt --steps 30
-    {"family": "aogpt", "size": "0.1M", "steps": 30, "batch_tokens": 1024, "off_fixed_s": 15.6,
-     "off_step_s": 0.0836, "cold_fixed_s": 236.5, "cold_step_s": 0.1084, "warm_fixed_s": 51.9,
-     "warm_step_s": 0.1276},
+MEASURED: tuple[dict, ...] = (  # bench/bench_compile.py --sizes 0.1M,0.3M --families ar,aogpt,mdm --steps 40
+    {"family": "ar", "size": "0.1M", "steps": 40, "batch_tokens": 1024,
+     "off_fixed_s": 5.5114, "off_step_s": 0.0242, "cold_fixed_s": 46.8567, "cold_step_s": 0.0178,
+     "warm_fixed_s": 11.3865, "warm_step_s": 0.0204},
+    {"family": "aogpt", "size": "0.1M", "steps": 40, "batch_tokens": 1024,
+     "off_fixed_s": 4.4917, "off_step_s": 0.0207, "cold_fixed_s": 48.369, "cold_step_s": 0.0266,
+     "warm_fixed_s": 15.2881, "warm_step_s": 0.0283},
+    {"family": "mdm", "size": "0.1M", "steps": 40, "batch_tokens": 1024,
+     "off_fixed_s": 6.1434, "off_step_s": 0.0219, "cold_fixed_s": 51.782, "cold_step_s": 0.021,
+     "warm_fixed_s": 12.0029, "warm_step_s": 0.018},
+    {"family": "ar", "size": "0.3M", "steps": 40, "batch_tokens": 1024,
+     "off_fixed_s": 5.0935, "off_step_s": 0.0401, "cold_fixed_s": 57.2231, "cold_step_s": 0.0464,
+     "warm_fixed_s": 12.9543, "warm_step_s": 0.0378},
+    {"family": "aogpt", "size": "0.3M", "steps": 40, "batch_tokens": 1024,
+     "off_fixed_s": 6.5314, "off_step_s": 0.0621, "cold_fixed_s": 54.6713, "cold_step_s": 0.0582,
+     "warm_fixed_s": 16.9597, "warm_step_s": 0.0595},
+    {"family": "mdm", "size": "0.3M", "steps": 40, "batch_tokens": 1024,
+     "off_fixed_s": 5.0652, "off_step_s": 0.0405, "cold_fixed_s": 56.6342, "cold_step_s": 0.0465,
+     "warm_fixed_s": 12.1337, "warm_step_s": 0.0526},
 )
 
 

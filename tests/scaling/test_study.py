@@ -320,3 +320,16 @@ def test_a_study_dir_of_the_previous_format_is_refused_with_one_line(tmp_path):
     with pytest.raises(StudyError, match="^study-dir: .*another aoscale version") as info:
         ledger.check_study_dir(tmp_path, study)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("preset", ["quickstart", "laptop"])
+def test_cpu_compile_auto_keeps_the_cpu_presets_eager_by_the_measured_table(preset):
+    """jobs/run/cpu_compile.py's table: compile pays only past ~8,000 steps at 0.1M-0.3M."""
+    from jobs.run.cpu_compile import MEASURED, compile_pays
+
+    specs = [c.spec for c in build_study({"preset": preset}).cells]
+    measured = {(row["size"], row["family"]) for row in MEASURED}
+    assert {(s.size, s.family) for s in specs if s.size in ("0.1M", "0.3M")} <= measured
+    assert not any(compile_pays(s) for s in specs)
+    ar = next(s for s in specs if s.family == "ar" and s.size == "0.1M")
+    assert compile_pays(ar.replace(steps=9_000)) and not compile_pays(ar.replace(steps=8_000))  # break-even 8,130
