@@ -1,4 +1,4 @@
-"""The results book's section writer, on the laptop reference report (real fits.json and tables)."""
+"""The results book's section writer, on the laptop preset's first reference report (real fits.json and tables)."""
 from __future__ import annotations
 
 import sys
@@ -9,7 +9,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import review_book  # noqa: E402
 
-LAPTOP = Path(__file__).resolve().parents[2] / "docs" / "results" / "laptop"
+LAPTOP = Path(__file__).resolve().parents[2] / "docs" / "results" / "laptop" / "first-1024-windows"  # a fixed report
 RUN = {"command": "python -m scaling.launch --preset dec-enc-cpu", "wall_s": 600.0, "rc": 0,
        "load_before": (1.0, 1.0, 1.0), "load_after": (2.0, 2.0, 2.0), "tail": ""}
 
