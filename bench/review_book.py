@@ -32,7 +32,8 @@ COMMON_CAVEATS = (
     "Models of 55k-234k core parameters trained for 600-2,000 steps: effects may change sign or size "
     "with capacity and budget (the review's scale point); compare sizes, do not extrapolate.",
     "Intervals are t-intervals over seeds (n per cell as shown): they cover seed-to-seed variation of "
-    "this recipe, not other recipes or data; the evaluation's own sampling error (1,024 windows) is smaller.",
+    "this recipe, not other recipes or data; the evaluation's own sampling error (4,096 windows spread over "
+    "the whole validation split, the `cpu` suites') is smaller.",
 )
 
 
