@@ -29,10 +29,23 @@ MIN_RESAMPLES = 200  # below this a part costs less than the ~1 s a fresh interp
 _ROOT = Path(__file__).resolve().parents[1]  # the folder holding the `analysis` package
 
 
+def workers_from_env() -> int | None:
+    """AOSCALE_ANALYSIS_WORKERS as a count >= 1, or None when unset; ValueError (one line naming
+    the variable and the fix) for anything else, so a typo is refused before any work, not later."""
+    raw = os.environ.get(WORKERS_ENV, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{WORKERS_ENV}: {raw!r} is not a whole number >= 1; "
+                         "set it to 1 (everything in one process) or 2, or unset it")
+    return int(raw)
+
+
 def usable_cores() -> int:
     """Cores this process may run on, or AOSCALE_ANALYSIS_WORKERS when set."""
-    if os.environ.get(WORKERS_ENV, "").strip():
-        return max(1, int(os.environ[WORKERS_ENV]))
+    workers = workers_from_env()
+    if workers is not None:
+        return workers
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 

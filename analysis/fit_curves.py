@@ -21,7 +21,7 @@ from cli.paths import user_path
 
 from analysis import (DEFAULT_BOOTSTRAP, MIN_BOOTSTRAP, ablations, atomic, distinct, evalnoise, fairness, figures,
                       frontier_figures, io, sections, summary)
-from analysis.background import in_background
+from analysis.background import in_background, workers_from_env
 from analysis.cells import CELL_KEYS, build_cells, latest
 from analysis.data_ledger import repetition_notes
 from analysis.ensemble import ensemble_studies
@@ -379,6 +379,10 @@ def run(paths: list[str | Path], out_dir: str | Path | None = None, *, bootstrap
         raise RecordsError(f"--x: unknown axis '{x}'; use one of {', '.join(X_AXES)}")
     if bootstrap < MIN_BOOTSTRAP:
         raise RecordsError(f"--bootstrap: {bootstrap} resamples is too few for a 95% interval; use >= {MIN_BOOTSTRAP}")
+    try:
+        workers_from_env()
+    except ValueError as error:
+        raise RecordsError(str(error)) from None
     inputs = load(list(paths))
     out = Path(out_dir) if out_dir is not None else default_out([Path(p) for p in paths])
     return write_report(analyse(inputs, bootstrap=bootstrap, x=x, seed=seed), out)

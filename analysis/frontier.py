@@ -102,7 +102,7 @@ def fit_profile(budget: float, n: np.ndarray, loss: np.ndarray, rng: np.random.G
     z = rng.multivariate_normal(np.zeros(3), fit.cov_params(), size=N_DRAWS, method="svd")
     z /= np.sqrt(rng.chisquare(df, size=N_DRAWS) / df)[:, None]
     da, db, dc = (fit.params[None, :] + z).T
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # bad draws are NaN below
         good = dc > 0
         prof.n_opt_draws = np.where(good, np.exp(centre - db / (2 * dc)), np.nan)
         prof.l_opt_draws = np.where(good, da - db * db / (4 * dc), np.nan)

@@ -20,6 +20,7 @@ from cli import InputError, Parser, float_arg, int_arg, parse, run_main
 from analysis import DEFAULT_BOOTSTRAP
 from jobs.train import ds_config
 from analysis import MIN_BOOTSTRAP
+from analysis.background import workers_from_env
 from analysis.carry import carried_lr
 from cli import rules
 from jobs.executors import EXECUTORS, Executor, one_line
@@ -147,6 +148,7 @@ def _check(args: argparse.Namespace) -> tuple[StudySpec, Path, Any]:
     before anything is written; see scaling.preflight."""
     preflight.check_flags(args, FLAG_KEYS)
     rules.at_least("--bootstrap", args.bootstrap, MIN_BOOTSTRAP)  # refused before training, report or not
+    check_analysis_env()  # the report's worker count, refused before training rather than after it
     rules.positive_int("--max-runs", args.max_runs)
     check_plan_size(args)
     if args.backend not in EXECUTORS or args.backend not in BACKENDS:
@@ -164,8 +166,9 @@ def _check(args: argparse.Namespace) -> tuple[StudySpec, Path, Any]:
     study_dir = preflight.check_study_path(args.study_dir if args.study_dir else STUDIES_ROOT / study.name)
     named = args.name is not None or bool(args.spec and "name" in load_toml(args.spec))
     check_carry(args, study)
-    study = ledger.adopt_name(study_dir, study, named, carries_into(args, study_dir))
-    ledger.check_study_dir(study_dir, study, carries_into(args, study_dir))
+    extending = carries_into(args, study_dir) or ledger.widens(study_dir, study)
+    study = ledger.adopt_name(study_dir, study, named, extending)
+    ledger.check_study_dir(study_dir, study, extending)
     preflight.check_study(study, study_dir)
     return study, study_dir, options
 
@@ -175,6 +178,14 @@ def carries_into(args: argparse.Namespace, study_dir: Path) -> bool:
     (its swept-budget runs are kept, the other budgets' runs added: scaling.ledger.extends)."""
     source = getattr(args, "carry_lr_from", None)
     return bool(source) and Path(source).resolve() == Path(study_dir).resolve()
+
+
+def check_analysis_env() -> None:
+    """The report's AOSCALE_ANALYSIS_WORKERS (analysis.background), as an InputError."""
+    try:
+        workers_from_env()
+    except ValueError as error:
+        raise InputError(str(error)) from None
 
 
 def check_carry(args: argparse.Namespace, study: StudySpec) -> None:
@@ -201,7 +212,7 @@ def launch(args: argparse.Namespace, study: StudySpec, study_dir: Path, options:
     """Train and evaluate every run, then write the report; 0 when every run is done.
 
     A detached backend (slurm) without `--wait` only submits and returns 0 (see `submit_only`)."""
-    ledger.prepare(study_dir, study, carries_into(args, study_dir))
+    ledger.prepare(study_dir, study, carries_into(args, study_dir) or ledger.widens(study_dir, study))
     backend = BACKENDS[args.backend]
     if options is None:
         options = backend.options(args)

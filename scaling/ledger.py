@@ -22,6 +22,7 @@ from jobs.executors import lock_held
 from jobs.run.spec import RunSpec
 
 from .study import STUDY_FORMAT, StudyError, StudySpec
+from .sweep import parse_sweep
 
 STUDY_FILE = runfiles.STUDY_FILE
 RUNS_DIR = runfiles.RUNS_DIR
@@ -76,6 +77,29 @@ def extends(existing: dict | None, study: StudySpec) -> bool:
     """Whether `study` keeps every run of the directory's study (its `order`) and adds some: a
     study that carries its lr into its own directory (scaling.launch --carry-lr-from)."""
     return existing is not None and set(existing.get("order") or ()) < set(study.run_ids)
+
+
+def widens(study_dir: str | Path, study: StudySpec) -> bool:
+    """Whether `study` is the directory's study with wider sweeps: the same settings but for the
+    sweep's value lists, each family's a superset of the old one at the same budget (the fix a
+    "widen the sweep" warning asks for), and every old run kept. Only the new values train."""
+    existing = read_study(study_dir) if Path(study_dir).is_dir() else None
+    if not extends(existing, study):
+        return False
+    old = json.loads(json.dumps(existing.get("settings") or {}, default=str))
+    new = json.loads(json.dumps(dict(study.settings), default=str))
+    families = {arm["family"] for arm in new.get("arms", ())}
+    try:
+        before, after = parse_sweep(old.pop("sweep", None), families), parse_sweep(new.pop("sweep", None), families)
+    except ValueError:
+        return False
+    if old != new or before.at_budget != after.at_budget:
+        return False
+    for family in families:
+        axes, wider = before.axes(family), after.axes(family)
+        if set(axes) != set(wider) or any(not set(v) <= set(wider[n]) for n, v in axes.items()):
+            return False
+    return True
 
 
 def check_study_dir(study_dir: str | Path, study: StudySpec, extending: bool = False) -> None:

@@ -52,3 +52,16 @@ def test_a_failing_child_falls_back_to_the_caller_with_one_line(monkeypatch, cap
     assert pending._child is not None and pending.result() == 42
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("analysis: background part failed (RuntimeError: not the parent)"), err
+
+
+def test_a_bad_worker_count_exits_2_in_one_line_writing_nothing(tmp_path, monkeypatch, capsys):
+    from analysis import fit_curves
+    study = synth.write_study(tmp_path / "study", synth.records(families=("ar",), sizes={"0.1M": synth.SIZES["0.1M"]}))
+    before = sorted(study.rglob("*"))
+    monkeypatch.setenv(background.WORKERS_ENV, "all")
+    assert fit_curves.main([str(study), "--bootstrap", "200"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("fit_curves: AOSCALE_ANALYSIS_WORKERS: 'all' is not a whole number"), err
+    assert sorted(study.rglob("*")) == before
+    monkeypatch.setenv(background.WORKERS_ENV, " 3 ")
+    assert background.usable_cores() == 3

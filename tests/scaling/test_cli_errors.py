@@ -36,6 +36,18 @@ def test_bad_flags_exit_2_with_one_line_and_write_nothing(argv, field, tmp_path,
     assert listing(tmp_path) == []
 
 
+@pytest.mark.parametrize("workers", ["two", "0", "1.5", "-1"])
+def test_a_bad_analysis_worker_count_is_refused_before_training(workers, tmp_path, monkeypatch, capsys):
+    """The report reads AOSCALE_ANALYSIS_WORKERS after training: the launcher refuses it first."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AOSCALE_ANALYSIS_WORKERS", workers)
+    code, out, err = run_cli(["--no-progress"], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith(f"launch: AOSCALE_ANALYSIS_WORKERS: '{workers}' is not a whole number >= 1"), err
+    assert listing(tmp_path) == []
+
+
 def test_malformed_toml_exits_2(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "study.toml").write_text("[run\nlr = 1\n")

@@ -134,3 +134,25 @@ def test_two_identical_arms_are_refused_naming_the_run(tmp_path, monkeypatch, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
     assert err[0].startswith("launch: arms: two arms describe the same runs (ar base 0.1M s0 ("), err
+
+
+def test_widening_a_sweep_in_place_keeps_the_trained_runs_and_nothing_else_does(tmp_path, capsys):
+    """The fix an edge warning asks for ("widen the sweep") extends the study in its directory:
+    same name, every old run kept, only the new values added. Dropping a value, or changing any
+    other setting beside the wider sweep, is still a different study."""
+    from scaling import ledger
+    from scaling.study import StudyError
+    common = ["--families", "ar", "--sizes", "0.1M", "--seeds", "1", "--study-dir", str(tmp_path / "s")]
+
+    def check(*argv):
+        return launch._check(launch.parser().parse_args([*common, *argv]))
+
+    first, study_dir, _ = check("--sweep", "lr=1e-3,3e-3")
+    ledger.prepare(study_dir, first)
+    wide, _, _ = check("--sweep", "lr=1e-3,3e-3,1e-2")
+    assert set(first.run_ids) < set(wide.run_ids) and len(wide.run_ids) == 3 and wide.name == first.name
+    ledger.prepare(study_dir, wide, ledger.widens(study_dir, wide))
+    assert ledger.read_study(study_dir)["hash"] == wide.study_hash
+    for argv in (["--sweep", "lr=1e-3,1e-2"], ["--sweep", "lr=1e-3,3e-3,1e-2,3e-2", "--seq-len", "64"]):
+        with pytest.raises(StudyError, match="holds a different study"):
+            check(*argv)
