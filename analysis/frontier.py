@@ -15,7 +15,9 @@ values from the other splits). Per (family, variant, dataset, split, metric):
 - Approach 3: L(N, D) = E + A·N^-α + B·D^-β by least squares on ln L (D = training tokens), solved
   by a grid over (α, β, E) with A, B linear, then polished (scipy least_squares). Its interval is
   a residual bootstrap (residuals scaled by sqrt(n / df), t-calibrated) whose every resample is
-  solved by the same grid + polish; resamples ending at a bound are counted. df = n - 5.
+  solved by the same grid + polish; resamples ending at a bound are counted. df = n - 5. One budget
+  alone does not identify it (`not_identifiable`), and E below 1e-3 of the smallest loss is its
+  E -> 0 bound (`at_bound`).
 - Compute multipliers: k(L) = C_family(L) / C_AR(L) along the two Approach-2 frontiers (ln C
   interpolated in L_opt between budgets by a monotone cubic), at loss levels inside both measured L_opt
   ranges; without an overlap one level between them, linearly extended and `extrapolated: true`.
@@ -42,6 +44,9 @@ K_DRAWS = 1000  # of those, the ones k's interval is read from (one interpolatio
 APPROACH3_MAX_RESAMPLES = 200  # every resample is a full grid + polish solve
 EXPONENT_BOUNDS = (0.01, 3.0)
 LOG_E_MIN = -20.0
+# An irreducible loss below this share of the smallest measured loss is the E -> 0 edge of the
+# parameter space (the law collapses to two power terms): such a fit is `at_bound`, not `ok`.
+E_FLOOR_SHARE = 1e-3
 N_LOSS_LEVELS = 3
 
 
@@ -162,14 +167,22 @@ def solve_nd(ln_n: np.ndarray, ln_d: np.ndarray, y: np.ndarray) -> tuple[np.ndar
 
 def _at_bound(theta: np.ndarray, y: np.ndarray) -> bool:
     exps = theta[3:]
-    return bool(theta[0] <= LOG_E_MIN + 1e-6 or np.any(exps <= EXPONENT_BOUNDS[0] + 1e-6)
+    e_floor = max(LOG_E_MIN, float(y.min()) + math.log(E_FLOOR_SHARE))
+    return bool(theta[0] <= e_floor + 1e-6 or np.any(exps <= EXPONENT_BOUNDS[0] + 1e-6)
                 or np.any(exps >= EXPONENT_BOUNDS[1] - 1e-6) or theta[0] >= y.min() - 1e-9)
 
 
-def fit_nd(n: np.ndarray, d: np.ndarray, loss: np.ndarray, resamples: int, rng: np.random.Generator) -> dict:
-    """Approach 3 with its residual bootstrap; params E, A, B, alpha, beta with 95 % intervals."""
+def fit_nd(n: np.ndarray, d: np.ndarray, loss: np.ndarray, resamples: int, rng: np.random.Generator,
+           n_budgets: int | None = None) -> dict:
+    """Approach 3 with its residual bootstrap; params E, A, B, alpha, beta with 95 % intervals.
+
+    On one isoFLOP budget D is a function of N (D = C / FLOPs per token), so A·N^-α and B·D^-β
+    cannot be told apart: with `n_budgets` < 2 the fit is `not_identifiable`, whatever its df."""
     ln_n, ln_d, y = np.log(n), np.log(d), np.log(loss)
     df = len(y) - 5
+    if n_budgets is not None and n_budgets < 2:
+        return {"status": "not_identifiable", "n_points": len(y), "df": df,
+                "reason": "one isoFLOP budget: N and D move together; needs >= 2 budgets"}
     if len(np.unique(n)) < 3 or len(np.unique(d)) < 3 or df < 1:
         return {"status": "saturated" if df < 1 else "too_few_points", "n_points": len(y), "df": df}
     theta, sse = solve_nd(ln_n, ln_d, y)
@@ -261,7 +274,7 @@ def entry_for(key: tuple, frame: pl.DataFrame, resamples: int, seed: int) -> Ent
         profiles.append(fit_profile(float(budget), part["n_params"].to_numpy().astype(float),
                                     part["value"].to_numpy(), rng))
     a3 = fit_nd(pts["n_params"].to_numpy().astype(float), pts["tokens"].to_numpy().astype(float),
-                pts["value"].to_numpy(), resamples, rng)
+                pts["value"].to_numpy(), resamples, rng, n_budgets=pts["budget_flops"].n_unique())
     return Entry(key, profiles, _exponent(profiles), a3, pts)
 
 

@@ -1,6 +1,7 @@
 """Selection on validation and the frontier fits on planted (N, D) laws (analysis.selection/frontier)."""
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -83,3 +84,21 @@ def test_a_property_of_the_data_is_not_selected_on_and_follows_the_l2r_choice():
     assert set(sel.chosen["metric"]) == {"nll_l2r"} and sel.warnings == ()
     chosen_runs = set(sel.reported.filter(metric="nll_l2r")["run_id"])
     assert set(sel.reported.filter(metric="nll_unigram")["run_id"]) == chosen_runs
+
+
+def test_approach_3_on_one_budget_is_not_identifiable_and_an_e_at_zero_is_at_its_bound():
+    """On one isoFLOP line N and D move together, so the law's two terms cannot be told apart,
+    however many sizes and seeds; and a law with no irreducible loss sits on E's bound E -> 0."""
+    one = selection.select(fs.records(seed=3).filter(pl.col("budget_flops") == fs.BUDGETS[2])).reported
+    for entry in frontier.analyse(one, resamples=5, seed=0).entries:
+        assert entry.approach3["status"] == "not_identifiable" and entry.approach3["df"] == 10 - 5
+        assert "params" not in entry.approach3
+    rng = np.random.default_rng(0)
+    n = np.repeat([1e4, 3e4, 1e5, 3e5], 4)
+    d = np.tile([1e6, 3e6, 1e7, 3e7], 4)
+    no_floor = fs.LAW["A"] * n ** -fs.LAW["alpha"] + fs.LAW["B"] * d ** -fs.LAW["beta"]
+    a3 = frontier.fit_nd(n, d, no_floor * np.exp(rng.normal(0, 1e-4, n.size)), 5, rng, n_budgets=4)
+    assert a3["status"] == "at_bound" and a3["params"]["E"]["value"] < 1e-3 * no_floor.min(), a3["params"]["E"]
+    with_floor = no_floor + fs.LAW["E"]
+    a3 = frontier.fit_nd(n, d, with_floor * np.exp(rng.normal(0, 1e-4, n.size)), 5, rng, n_budgets=4)
+    assert a3["status"] == "ok" and abs(a3["params"]["E"]["value"] - fs.LAW["E"]) < 0.05, a3["params"]["E"]
