@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+import models
 from models.ladder import core_params, shape_for_params, train_flops_per_token
 
 from .recipes import CHINCHILLA_TOKENS_PER_PARAM, Budget
@@ -120,6 +121,8 @@ def parse_sweep(value: Any, families: set[str]) -> Sweep:
     common, per_family = {}, {}
     for key, raw in table.items():
         if isinstance(raw, dict):
+            if key not in families and key in models.FAMILIES:
+                continue  # a family this study does not train (a preset narrowed by --families)
             if key not in families:
                 raise ValueError(f"sweep: {key!r} is not a family of this study; valid: {', '.join(sorted(families))}")
             per_family[key] = tuple(sorted((n, _values(n, v)) for n, v in raw.items()))

@@ -156,3 +156,17 @@ def test_widening_a_sweep_in_place_keeps_the_trained_runs_and_nothing_else_does(
     for argv in (["--sweep", "lr=1e-3,1e-2"], ["--sweep", "lr=1e-3,3e-3,1e-2,3e-2", "--seq-len", "64"]):
         with pytest.raises(StudyError, match="holds a different study"):
             check(*argv)
+
+
+def test_a_family_table_sweeps_only_its_family_and_a_narrowed_preset_drops_it():
+    """The frontier preset sweeps MDLM's lr one value wider: narrowed to AR and AO-GPT it plans
+    their 4 values and no MDLM; a table for a family that does not exist is refused."""
+    from scaling.presets import FRONTIER_LRS, FRONTIER_MDM_LRS
+    full = build_study({"preset": "frontier", "budgets": [1e12]})
+    lrs = {f: {c.spec.lr for c in full.cells if c.spec.family == f} for f in ("ar", "aogpt", "mdm")}
+    assert lrs == {"ar": set(FRONTIER_LRS), "aogpt": set(FRONTIER_LRS), "mdm": set(FRONTIER_MDM_LRS)}
+    narrow = build_study({"preset": "frontier", "budgets": [1e12], "families": "ar,aogpt"})
+    assert {c.spec.family for c in narrow.cells} == {"ar", "aogpt"}
+    assert set(narrow.run_ids) < set(full.run_ids)
+    with pytest.raises(ValueError, match="'gpt5' is not a family of this study"):
+        build_study({**BASE, "sweep": {"lr": [1e-3, 3e-3], "gpt5": {"lr": [1e-2, 3e-2]}}})
