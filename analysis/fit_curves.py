@@ -28,7 +28,7 @@ from analysis.ensemble import ensemble_studies
 from analysis.fits import CurveFit, fit_cell, solved_once
 from analysis.gap import (COMPARED_METRICS, REFERENCE_FAMILY, REFERENCE_METRIC, compute_gaps, matched_family_gaps,
                           with_eval_noise)
-from analysis.selection import select
+from analysis.selection import one_budget, select
 from analysis.records import Inputs, RecordsError, load
 from analysis.report import to_html, to_markdown
 
@@ -177,9 +177,10 @@ def _analyse_one(inputs: Inputs, bootstrap: int, x: str, seed: int) -> Analysis:
     notes += weight_notes + latest_notes + repetition_notes(final)
     plateau = fairness.plateau_table(final)
     flags = fairness.flagged(plateau)
-    fit_input, distinct_notes = distinct.fitted_records(final)
-    notes += distinct_notes
-    pending_ensembles = in_background(ensemble_studies, final, x, bootstrap, seed, resamples=bootstrap)
+    sized, budget_notes = one_budget(final)  # one size, one compute budget
+    fit_input, distinct_notes = distinct.fitted_records(sized)
+    notes += budget_notes + distinct_notes
+    pending_ensembles = in_background(ensemble_studies, sized, x, bootstrap, seed, resamples=bootstrap)
     cells, fits = _fitted(fit_input, x, bootstrap, seed, flags)
     by_key = {c.key: f for c, f in zip(cells, fits)}
     axis_fits = _axis_fits(fit_input, x, bootstrap, seed, flags)
@@ -198,7 +199,7 @@ def _analyse_one(inputs: Inputs, bootstrap: int, x: str, seed: int) -> Analysis:
                     ablations.variant_table(final), ablations.option_tables(final, inputs.options),
                     ablations.factorial_table(final), weights, plateau,
                     fairness.ema_effect(fairness.compared_only(inputs.records)[0]),
-                    _matched(final, bootstrap, seed, flags,
+                    _matched(sized, bootstrap, seed, flags,
                              axis_fits.get("n_params_family", by_key if x == "n_params_family" else None)),
                     final, selection=chosen)
 

@@ -20,6 +20,9 @@ from analysis.stats import percentile_ci
 
 MIN_POINTS = 3  # three parameters (E, A, alpha)
 MIN_SEEDS = 2  # the pure-error variance needs replicated sizes
+# Below this an x axis holds no power law to fit (one isoFLOP budget: FLOPs equal up to rounding);
+# the solver would extrapolate A from x_ref across ~0 decades and overflow.
+MIN_SPAN_DECADES = 0.1
 PREDICT_FACTORS = (10.0, 100.0)  # extrapolate to 10x and 100x the largest fitted x
 POWER_NAMES = ("E", "A", "alpha")
 ENSEMBLE_NAMES = ("c", "b", "gamma")
@@ -125,6 +128,10 @@ def fit_points(points: tuple[Point, ...], *, labels: dict, x: str, form: str, na
     xs = np.array([p.x for p in keep])
     if np.any(xs <= 0) or np.unique(xs).size < MIN_POINTS:
         return CurveFit(**base, params={}, status="not_identifiable", reason=f"need >= {MIN_POINTS} distinct positive {x} values")
+    span = float(np.log10(xs.max() / xs.min()))
+    if span < MIN_SPAN_DECADES:  # e.g. training FLOPs across one isoFLOP budget's sizes
+        return CurveFit(**base, params={}, status="not_identifiable",
+                        reason=f"{x} spans {span:.2g} decades, need >= {MIN_SPAN_DECADES} for a power law")
     # The resamples' stream is the data's (not the axis name's): the same values on the same x
     # values, named by another axis (AR's n_params_family is its n_params), are one fit, solved once.
     key = "|".join(str(labels.get(k)) for k in ("family", "metric", "dataset", "split", "m", "size"))

@@ -18,7 +18,8 @@ values from the other splits). Per (family, variant, dataset, split, metric):
   solved by the same grid + polish; resamples ending at a bound are counted. df = n - 5. One budget
   alone does not identify it (`not_identifiable`), and E below 1e-3 of the smallest loss is its
   E -> 0 bound (`at_bound`).
-- Compute multipliers: k(L) = C_family(L) / C_AR(L) along the two Approach-2 frontiers (ln C
+- Compute multipliers: k(L) = C_family(L) / C_AR(L) along the two Approach-2 frontiers (each
+  compared metric against AR's nll_l2r, as the per-size gaps; ln C
   interpolated in L_opt between budgets by a monotone cubic), at loss levels inside both measured L_opt
   ranges; without an overlap one level between them, linearly extended and `extrapolated: true`.
   C is each family's own training FLOPs (`budget_flops`, planned with the family's FLOPs per token).
@@ -35,7 +36,8 @@ import statsmodels.api as sm
 from scipy.interpolate import PchipInterpolator
 from scipy.optimize import least_squares
 
-from analysis.gap import REFERENCE_FAMILY
+from analysis.gap import COMPARED_METRICS, REFERENCE_FAMILY, REFERENCE_METRIC
+from analysis.selection import DATA_METRICS
 from analysis.stats import Q_HI, Q_LO
 
 ENTRY = ("family", "variant", "dataset", "split", "metric")
@@ -252,10 +254,13 @@ def multipliers(ref: Entry, other: Entry) -> list[dict]:
     extrapolated = not lo <= hi
     levels = np.array([(lo + hi) / 2] if extrapolated else np.linspace(lo, hi, N_LOSS_LEVELS))
     ln_k = _ln_c_at(levels, oc, ol) - _ln_c_at(levels, rc, rl)
+    if not np.all(np.isfinite(ln_k)):  # a frontier whose L_opt does not fall with C: no matched loss
+        return []
     draws = np.array([_ln_c_at(levels, oc, od[i]) - _ln_c_at(levels, rc, rd[i]) for i in range(K_DRAWS)])
     return [{"loss": float(level), "k": math.exp(ln_k[j]),
              "ci95": [None if v is None else math.exp(v) for v in _ci(draws[:, j])],
-             "extrapolated": bool(extrapolated), "reference": REFERENCE_FAMILY} for j, level in enumerate(levels)]
+             "extrapolated": bool(extrapolated), "reference": REFERENCE_FAMILY,
+             "reference_metric": ref.key[4]} for j, level in enumerate(levels)]
 
 
 def _points(frame: pl.DataFrame) -> pl.DataFrame:
@@ -291,12 +296,15 @@ def analyse(reported: pl.DataFrame, resamples: int, seed: int = 0) -> Frontier:
     if "budget_flops" not in reported.columns:
         return Frontier((), ())
     planned = reported.filter(pl.col("budget_flops").is_not_null() & pl.col("m").is_null()
-                              & pl.col("value").is_finite() & (pl.col("value") > 0))
+                              & pl.col("value").is_finite() & (pl.col("value") > 0)
+                              & ~pl.col("metric").is_in(list(DATA_METRICS)))  # a property of the data: no frontier
     entries = {tuple(k): entry_for(tuple(k), part, resamples, seed)
                for k, part in sorted(planned.group_by(list(ENTRY)), key=lambda kv: tuple(map(str, kv[0])))}
     warnings = []
     for key, e in entries.items():
-        ref = entries.get((REFERENCE_FAMILY, *_ref_variant(entries, key), *key[2:]))
+        # AR's exact likelihood is the reference for each compared metric (as for the per-size gaps)
+        ref_metric = REFERENCE_METRIC if key[4] in COMPARED_METRICS else key[4]
+        ref = entries.get((REFERENCE_FAMILY, *_ref_variant(entries, key), *key[2:4], ref_metric))
         if ref is not None and key[0] != REFERENCE_FAMILY:
             e.multipliers = multipliers(ref, e)
         warnings += [f"{'/'.join(map(str, key))}: isoFLOP minimum at C={p.budget_flops:.3g} lies outside its "
@@ -305,5 +313,5 @@ def analyse(reported: pl.DataFrame, resamples: int, seed: int = 0) -> Frontier:
 
 
 def _ref_variant(entries: dict, key: tuple) -> tuple:
-    variants = sorted({k[1] for k in entries if k[0] == REFERENCE_FAMILY and k[2:] == key[2:]})
+    variants = sorted({k[1] for k in entries if k[0] == REFERENCE_FAMILY and k[2:4] == key[2:4]})
     return (variants[0],) if variants else ("",)

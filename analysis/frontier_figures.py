@@ -72,7 +72,8 @@ def _frontier_tables(front: frontier.Frontier) -> list[Block]:
              *[_ci(e.approach3.get("params", {}).get(n, {})) for n in ("E", "alpha", "beta")]] for e in front.entries]
     profiles = [[*map(str, e.key), f"{p.budget_flops:.3g}", p.status, str(p.n_sizes), str(p.df),
                  _ci(p.to_json()["n_opt"]), _ci(p.to_json()["l_opt"])] for e in front.entries for p in e.profiles]
-    ks = [[*map(str, e.key), num(k["loss"]), interval(k["k"], *k["ci95"]), "yes" if k["extrapolated"] else "no"]
+    ks = [[*map(str, e.key), f"{k['reference']} {k['reference_metric']}", num(k["loss"]),
+           interval(k["k"], *k["ci95"]), "yes" if k["extrapolated"] else "no"]
           for e in front.entries for k in e.multipliers]
     key = ["family", "variant", "dataset", "split", "metric"]
     out = [sections.h("N_opt ∝ C^a: Approach 2 (isoFLOP parabolas) and Approach 3 (L = E + A·N^-α + B·D^-β)", 3),
@@ -81,7 +82,7 @@ def _frontier_tables(front: frontier.Frontier) -> list[Block]:
            sections.table(key + ["C (FLOPs)", "status", "sizes", "df", "N_opt", "L_opt"], profiles)]
     if ks:
         out += [sections.h("Training-compute multiplier k at matched loss (the family's FLOPs over AR's)", 3),
-                sections.table(key + ["loss", "k", "extrapolated"], ks)]
+                sections.table(key + ["against", "loss", "k", "extrapolated"], ks)]
     return out
 
 

@@ -111,3 +111,26 @@ def select(final: pl.DataFrame) -> Selection:
     return Selection(chosen.drop("run_ids").sort(["family", "variant", "dataset", "metric", "cell_budget", "size"]),
                      reported.drop("cell_budget"),
                      tuple(_edges(chosen, candidates, sweeps)), tuple(notes))
+
+
+def one_budget(final: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """The records the size-axis sections (power-law fits, per-size gaps, ensembles) may read.
+
+    In a study planned at several compute budgets one size is trained at several budgets, with
+    other token counts: pooling them as seeds of one size would mix compute. Those sections then
+    read one budget, the one with the most records (ties: the middle budget), and a note says so;
+    the frontier section reads every budget. Studies with at most one budget are unchanged."""
+    if "budget_flops" not in final.columns:
+        return final, []
+    counts = (final.filter(pl.col("budget_flops").is_not_null()).group_by("budget_flops").len()
+              .sort("budget_flops"))
+    if counts.height < 2:
+        return final, []
+    budgets, sizes = counts["budget_flops"].to_list(), counts["len"].to_list()
+    middle = (len(budgets) - 1) / 2
+    keep = min((i for i, n in enumerate(sizes) if n == max(sizes)), key=lambda i: (abs(i - middle), i))
+    chosen = budgets[keep]
+    note = (f"isoFLOP study: the size-axis fits, per-size gaps and ensembles read budget C={chosen:.3g} FLOPs "
+            f"only (of {len(budgets)}: one size at several budgets has other token counts); the tuned "
+            "frontier section reads every budget")
+    return final.filter(pl.col("budget_flops").is_null() | (pl.col("budget_flops") == chosen)), [note]

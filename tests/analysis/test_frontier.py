@@ -102,3 +102,53 @@ def test_approach_3_on_one_budget_is_not_identifiable_and_an_e_at_zero_is_at_its
     with_floor = no_floor + fs.LAW["E"]
     a3 = frontier.fit_nd(n, d, with_floor * np.exp(rng.normal(0, 1e-4, n.size)), 5, rng, n_budgets=4)
     assert a3["status"] == "ok" and abs(a3["params"]["E"]["value"] - fs.LAW["E"]) < 0.05, a3["params"]["E"]
+
+
+def test_a_data_property_has_no_frontier_and_a_frontier_that_does_not_fall_has_no_k():
+    """nll_unigram is the same at every size and budget (no frontier); a family whose L_opt does
+    not fall with C has no loss to match AR's at: no k, and fits.json stays valid JSON."""
+    import json
+    recs = fs.records(seed=4, seeds=1)
+    flat = recs.filter(family="aogpt").with_columns(value=pl.lit(3.0) + 0.01 * (pl.col("n_params").log() - 9) ** 2)
+    unigram = recs.with_columns(metric=pl.lit("nll_unigram"), value=pl.lit(3.33))
+    front = frontier.analyse(selection.select(pl.concat([recs.filter(family="ar"), flat, unigram])).reported,
+                             resamples=0)
+    assert {e.key[4] for e in front.entries} == {"nll_l2r"}
+    (other,) = [e for e in front.entries if e.key[0] == "aogpt"]
+    assert other.multipliers == []
+    json.dumps([e.to_json() for e in front.entries], allow_nan=False)
+
+
+def test_the_size_axis_reads_one_budget_of_an_isoflop_study():
+    """One size at several budgets is several token counts: the size-axis sections read the
+    budget with the most records (ties: the middle one), with a note; one budget is untouched."""
+    recs = selection.select(fs.records(seed=5, seeds=1)).reported
+    sized, notes = selection.one_budget(recs)
+    assert sized["budget_flops"].unique().to_list() == [fs.BUDGETS[2]]
+    assert len(notes) == 1 and "C=1e+13" in notes[0] and "frontier section reads every budget" in notes[0]
+    heavy = pl.concat([recs, recs.filter(pl.col("budget_flops") == fs.BUDGETS[0]).with_columns(seed=pl.lit(7, dtype=pl.Int64))])
+    assert selection.one_budget(heavy)[0]["budget_flops"].unique().to_list() == [fs.BUDGETS[0]]
+    single = recs.filter(pl.col("budget_flops") == fs.BUDGETS[1])
+    assert selection.one_budget(single) == (single, [])
+
+
+def test_a_power_law_over_one_isoflop_budgets_flops_is_not_identifiable():
+    """Training FLOPs of one budget's sizes agree to rounding: no curve along that axis."""
+    from analysis.cells import Point
+    from analysis.fits import MIN_SPAN_DECADES, POWER_NAMES, fit_points
+    xs = (9.999999e12, 1.0e13, 1.0000001e13, 1.0000002e13)
+    points = tuple(Point(f"s{i}", x, (0, 1), (0.8 + 0.01 * i, 0.81 + 0.01 * i), f"s{i}") for i, x in enumerate(xs))
+    fit = fit_points(points, labels={}, x="flops", form="power", names=POWER_NAMES, resamples=10, seed=0)
+    assert fit.status == "not_identifiable" and f"need >= {MIN_SPAN_DECADES}" in fit.reason
+
+
+def test_an_any_order_frontier_is_matched_against_ars_exact_likelihood():
+    """AO-GPT's any-order bound has no AR counterpart of its own name: its k is read against AR's
+    nll_l2r, as the per-size gaps are, and recovers the planted multiplier."""
+    recs = fs.records(seed=2)
+    anyorder = recs.with_columns(metric=pl.when(pl.col("family") == "aogpt").then(pl.lit("nll_anyorder"))
+                                 .otherwise(pl.col("metric")))
+    front = frontier.analyse(selection.select(anyorder).reported, resamples=0)
+    (other,) = [e for e in front.entries if e.key[0] == "aogpt"]
+    assert other.key[4] == "nll_anyorder" and len(other.multipliers) == frontier.N_LOSS_LEVELS
+    assert all(k["reference_metric"] == "nll_l2r" and _inside(fs.MULTIPLIER, k["ci95"]) for k in other.multipliers)
