@@ -26,6 +26,8 @@ from pathlib import Path
 import polars as pl
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the sections read models.ladder, with or without an installed aoscale
+RUN_FILE = "book_run.json"  # beside the study: its launch's command, wall time, exit and load averages
 COMMON_CAVEATS = (
     "Shakespeare bytes, not OpenWebText BPE: a 257-token vocabulary and 32-byte contexts, so context "
     "lengths, vocabulary effects and every absolute loss differ from the paper's.",
@@ -235,6 +237,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seeds", help="override the presets' seeds (smoke runs)")
     p.add_argument("--sizes", help="override the presets' sizes (smoke runs)")
     p.add_argument("--bootstrap", default="1000", help="bootstrap resamples of the fits")
+    p.add_argument("--sections-only", action="store_true",
+                   help=f"train nothing: rewrite each section from its study's report and {RUN_FILE}")
     args = p.parse_args(argv)
     unknown = [n for n in args.presets.split(",") if n not in SECTIONS]
     if unknown:
@@ -253,10 +257,19 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for preset in args.presets.split(","):
         study_dir = Path(args.studies_root) / preset
-        run = run_study(preset, study_dir, extra)
+        if args.sections_only:
+            if not (study_dir / RUN_FILE).is_file():
+                print(f"{preset}: {study_dir / RUN_FILE} not found; run the study first", file=sys.stderr)
+                failed = 1
+                continue
+            run = json.loads((study_dir / RUN_FILE).read_text())
+        else:
+            run = run_study(preset, study_dir, extra)
+            if study_dir.is_dir():
+                (study_dir / RUN_FILE).write_text(json.dumps({k: v for k, v in run.items() if k != "tail"}, indent=1) + "\n")
         report = study_dir / "report"
         if run["rc"] != 0 or not (report / "fits.json").exists():
-            print(f"{preset}: study failed (exit {run['rc']}); no section written\n{run['tail']}", file=sys.stderr)
+            print(f"{preset}: study failed (exit {run['rc']}); no section written\n{run.get('tail', '')}", file=sys.stderr)
             failed = 1
             continue
         (out / f"{preset}.md").write_text(section_md(preset, run, report))

@@ -46,3 +46,26 @@ def test_the_ema_sections_quote_the_ema_minus_raw_table(tmp_path):
     assert "-0.012 [-0.022, -0.002] (n=3)" in text and "adaln+ema0.99+mix:0.1" in text
     assert review_book.SECTIONS["ema-cpu"].ema_effect and review_book.SECTIONS["factorial-cpu"].ema_effect
     assert "no run scored both" in review_book.ema_md(tmp_path / "missing.csv")
+
+
+def test_sections_only_rewrites_a_section_as_a_script_from_any_folder(tmp_path):
+    """`--sections-only` trains nothing: it reads the study's report and the launch's book_run.json.
+    Run as a plain script from another folder with no PYTHONPATH (the book's own command line),
+    so the section writer's imports must resolve from the script alone."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    study = tmp_path / "studies" / "dec-enc-cpu"
+    shutil.copytree(LAPTOP, study / "report")
+    (study / review_book.RUN_FILE).write_text(json.dumps({k: v for k, v in RUN.items() if k != "tail"}))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    script = Path(review_book.__file__).resolve()
+    proc = subprocess.run([sys.executable, str(script), "--sections-only", "--presets", "dec-enc-cpu",
+                           "--studies-root", str(tmp_path / "studies"), "--out", str(tmp_path / "book")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "2.779 [2.691, 2.867] (n=3)" in (tmp_path / "book" / "dec-enc-cpu.md").read_text()
+    (study / review_book.RUN_FILE).unlink()
+    assert review_book.main(["--sections-only", "--presets", "dec-enc-cpu", "--studies-root",
+                             str(tmp_path / "studies"), "--out", str(tmp_path / "book")]) == 1
