@@ -12,6 +12,7 @@ import numpy as np
 import polars as pl
 from scipy import stats as sps
 
+from analysis.cells import CONDITION_KEYS, conditioned
 from analysis.records import FACTOR_PREFIX, OPTION_PREFIX
 from analysis.stats import Q_HI
 
@@ -25,12 +26,12 @@ OPTION_TITLES = {  # spec option -> table title; other varying options get "opti
     "tie_head": "Tied vs untied head",
     "loss": "MDM objective",
 }
-GROUP = ("family", "size", "dataset", "split", "metric", "m")
+GROUP = ("family", "size", "dataset", "split", "metric", *CONDITION_KEYS)
 
 
 def seed_table(final: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     """mean, std, se, t-interval and n over seeds for each group of `keys` (runs averaged per seed)."""
-    per_seed = final.group_by([*keys, "seed"]).agg(pl.col("value").mean())
+    per_seed = conditioned(final).group_by([*keys, "seed"]).agg(pl.col("value").mean())
     out = per_seed.group_by(keys).agg(pl.col("value").mean().alias("mean"), pl.col("value").std().alias("std"),
                                       pl.len().alias("n")).sort(keys, nulls_last=True)
     n = out["n"].to_numpy()
@@ -72,7 +73,7 @@ def factorial_table(final: pl.DataFrame) -> pl.DataFrame | None:
     if not factors:
         return None
     rows = []
-    for key, group in final.drop_nulls(factors).group_by(list(GROUP), maintain_order=True):
+    for key, group in conditioned(final).drop_nulls(factors).group_by(list(GROUP), maintain_order=True):
         rows += _effects(dict(zip(GROUP, key)), group, factors)
     return pl.DataFrame(rows) if rows else None
 

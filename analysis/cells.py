@@ -1,5 +1,7 @@
 """From validated records to fit cells: latest step per run, NaNs dropped with a note, seeds
-grouped per size. A cell is one (family, variant, metric, dataset, split, m) curve."""
+grouped per size. A cell is one (family, variant, metric, dataset, split, m, steps, tokens_per_step)
+curve: a metric measured under several conditions (ensemble size, generation steps, parallel tokens per
+step) is one curve per condition."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,8 +9,26 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-CELL_KEYS = ("family", "variant", "metric", "dataset", "split", "m")
-RUN_METRIC_KEYS = ("run_id", "metric", "dataset", "split", "m")
+CONDITION_KEYS = ("m", "steps", "tokens_per_step", "temperature", "top_p")  # m, then records.CONDITION_COLUMNS
+CONDITION_TYPES = {"m": pl.Int64, "steps": pl.Int64, "tokens_per_step": pl.Int64, "temperature": pl.Float64,
+                   "top_p": pl.Float64}
+CELL_KEYS = ("family", "variant", "metric", "dataset", "split", *CONDITION_KEYS)
+RUN_METRIC_KEYS = ("run_id", "metric", "dataset", "split", *CONDITION_KEYS)
+
+
+CONDITION_LABELS = {"m": "M={}", "steps": "steps={}", "tokens_per_step": "{} tokens/step", "temperature": "T={}",
+                    "top_p": "top-p={}"}
+
+
+def condition_text(conditions: dict) -> str:
+    """' M=4', ' steps=8 4 tokens/step T=0.7 top-p=0.95', or '' for a metric measured under no condition."""
+    return "".join(f" {CONDITION_LABELS[k].format(v)}" for k, v in conditions.items() if v is not None)
+
+
+def conditioned(frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with every condition column (null where a records source had none)."""
+    missing = [c for c in CONDITION_KEYS if c not in frame.columns]
+    return frame.with_columns([pl.lit(None, CONDITION_TYPES[c]).alias(c) for c in missing]) if missing else frame
 
 
 @dataclass(frozen=True)
@@ -41,6 +61,7 @@ class Cell:
 
 def latest(records: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     """Rows at each run's last evaluated step, finite values only; notes say what was dropped."""
+    records = conditioned(records)
     final = records.filter(pl.col("step") == pl.col("step").max().over(list(RUN_METRIC_KEYS)))
     bad = final.filter(pl.col("value").is_null() | ~pl.col("value").is_finite())
     notes = [f"{row['run_id']} {row['metric']}/{row['dataset']}: value {row['value']} (NaN/inf) dropped"
@@ -53,7 +74,7 @@ def latest(records: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
 def per_seed(final: pl.DataFrame, x: str) -> pl.DataFrame:
     """One row per (cell, size, seed): value averaged over duplicate runs, x per size."""
     keys = [*CELL_KEYS, "size", "seed"]
-    return (final.group_by(keys).agg(pl.col("value").mean(), pl.col(x).cast(pl.Float64).median().alias("x"),
+    return (conditioned(final).group_by(keys).agg(pl.col("value").mean(), pl.col(x).cast(pl.Float64).median().alias("x"),
                                      pl.len().alias("n_runs"))
             .sort(keys, nulls_last=True))
 

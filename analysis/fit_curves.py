@@ -19,10 +19,10 @@ import polars as pl
 from cli import Parser, int_arg, parse, run_main
 from cli.paths import user_path
 
-from analysis import (DEFAULT_BOOTSTRAP, MIN_BOOTSTRAP, ablations, atomic, distinct, evalnoise, fairness, figures,
+from analysis import (DEFAULT_BOOTSTRAP, MIN_BOOTSTRAP, ablations, atomic, distinct, evalnoise, fairness, figures, generation,
                       frontier_figures, io, sections, summary)
 from analysis.background import in_background, workers_from_env
-from analysis.cells import CELL_KEYS, build_cells, latest
+from analysis.cells import CELL_KEYS, CONDITION_KEYS, build_cells, condition_text, latest
 from analysis.data_ledger import repetition_notes
 from analysis.ensemble import ensemble_studies
 from analysis.fits import CurveFit, fit_cell, solved_once
@@ -249,11 +249,13 @@ def make_figures(a: Analysis) -> list:
     by_key = {f_cell.key: f for f_cell, f in zip(a.cells, a.fits)}
     for cell in a.cells:
         if cell.key[2] != "nll_ensemble":
-            groups.setdefault((cell.key[2] != "nll_l2r", cell.key[2], cell.key[5], cell.key[3], cell.key[4]), []).append(cell)
+            groups.setdefault((cell.key[2] != "nll_l2r", cell.key[2], cell.key[5:], cell.key[3], cell.key[4]),
+                              []).append(cell)
     size_blocks = []
-    for (_, metric, m, dataset, split), cells in sorted(groups.items(), key=lambda kv: first(kv[0])):
-        title = f"{metric} {dataset}/{split}" + (f" M={m}" if m is not None else "")
-        size_blocks.append(sections.fig(f"loss_vs_size_{_safe(metric, dataset, split, m)}.png",
+    order = lambda kv: first((*kv[0][:2], tuple(-1 if v is None else v for v in kv[0][2]), *kv[0][3:]))  # noqa: E731
+    for (_, metric, conditions, dataset, split), cells in sorted(groups.items(), key=order):
+        title = f"{metric} {dataset}/{split}" + condition_text(dict(zip(CONDITION_KEYS, conditions)))
+        size_blocks.append(sections.fig(f"loss_vs_size_{_safe(metric, dataset, split, *conditions)}.png",
                                         figures.loss_vs_size(cells, by_key, title, a.x, _ylabel(a, metric)),
                                         f"{title} vs {a.x} (95% t-intervals; fitted curves with 95% bootstrap bands)"))
     blocks = size_blocks[:1] + _flops_figure(a, primary)
@@ -338,6 +340,12 @@ def tables(a: Analysis) -> dict[str, pl.DataFrame]:
         out["matched_family_gap"] = pl.DataFrame([dataclasses.asdict(pt) for pt in a.matched])
     if a.factorial is not None:
         out["factorial"] = a.factorial
+    parallel = generation.parallel_error(a.final) if a.final is not None else None
+    if parallel is not None:
+        out["parallel_decoding"] = parallel
+    spread = generation.repeat_spread(a.final) if a.final is not None else None
+    if spread is not None and not spread.is_empty():
+        out["generation_repeats"] = spread.sort(generation.SAMPLER_KEYS, nulls_last=True)
     return out
 
 

@@ -118,7 +118,7 @@ def _gap(c: Cell, ref: Cell, by_axis: dict, x: str, resamples: int, seed: int) -
             groups.append(g)
     tr = trend(xs, groups, resamples, seed)
     mult, why = multipliers(by_axis, c.key, ref.key, x)
-    fam, variant, metric, dataset, split, _ = c.key
+    fam, variant, metric, dataset, split = c.key[:5]
     return Gap(fam, variant, metric, dataset, split, f"{ref.key[0]}/{ref.key[1]} {REFERENCE_METRIC}",
                tuple(points), tr, mult, why, (ref.key[0], ref.key[1]))
 
@@ -183,7 +183,7 @@ def matched_family_gaps(cells: list[Cell], fits: dict[tuple, CurveFit], resample
 
 
 def _matched(c: Cell, a: Point, ref_fit: CurveFit | None, resamples: int, seed: int) -> MatchedPoint:
-    fam, variant, metric, dataset, split, _ = c.key
+    fam, variant, metric, dataset, split = c.key[:5]
     base = dict(family=fam, variant=variant, metric=metric, dataset=dataset, split=split, size=a.label, x=a.x,
                 n=a.array.size)
     if ref_fit is None or not ref_fit.usable:

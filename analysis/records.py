@@ -27,6 +27,10 @@ SCHEMA: dict[str, tuple[str, bool]] = {
     "split": ("str", False), "metric": ("str", False), "value": ("float", False),
     "se": ("float", True), "n_samples": ("int", False), "m": ("int", True), "unit": ("str", False),
 }
+# optional measurement conditions (jobs/eval/records.py): generation step count, parallel tokens per
+# step and the sampling setting. A metric measured under several conditions is one curve per
+# condition, never their mean; absent columns read as null (no condition).
+CONDITION_COLUMNS = {"steps": "int", "tokens_per_step": "int", "temperature": "float", "top_p": "float"}
 KEY_COLUMNS = ("run_id", "family", "variant", "size", "seed", "step", "dataset", "split", "metric")
 CAST = {"str": pl.String, "int": pl.Int64, "float": pl.Float64}
 READERS = {".parquet": pl.read_parquet, ".ndjson": pl.read_ndjson, ".jsonl": pl.read_ndjson}
@@ -75,8 +79,13 @@ def validate(frame: pl.DataFrame, source: str) -> pl.DataFrame:
             raise RecordsError(f"{source}: column '{name}' has null values; every record needs a {name}")
     if len(frame) and frame["n_params"].min() <= 0:
         raise RecordsError(f"{source}: column 'n_params' has a value <= 0; parameter counts must be positive")
+    for name, kind in CONDITION_COLUMNS.items():
+        if name in frame.columns and not _kind_ok(frame.schema[name], kind, True):
+            raise RecordsError(f"{source}: column '{name}' has type {frame.schema[name]}, expected {kind}")
     casts = [pl.col(n).cast(CAST[k]) for n, (k, _) in SCHEMA.items()]
-    frame = frame.with_columns(casts)
+    conditions = [(pl.col(n) if n in frame.columns else pl.lit(None)).cast(CAST[k]).alias(n)
+                  for n, k in CONDITION_COLUMNS.items()]
+    frame = frame.with_columns(casts + conditions)
     check_values(frame, source)
     return frame
 

@@ -5,6 +5,8 @@ import polars as pl
 
 from analysis import fairness
 from analysis.ablations import option_title, seed_table
+from analysis import generation
+from analysis.cells import CONDITION_KEYS, conditioned
 from analysis.fits import CurveFit
 from analysis.report import Block, interval, num
 from analysis.scalefit import FORM_RULE
@@ -52,7 +54,7 @@ def fit_rows(fits: list[CurveFit], names: tuple[str, ...], label_keys: tuple[str
 
 def fits_section(fits: list[CurveFit], x: str, resamples: int) -> list[Block]:
     """The power-law fit table."""
-    keys = ("family", "variant", "metric", "dataset", "split", "m")
+    keys = ("family", "variant", "metric", "dataset", "split", *CONDITION_KEYS)
     head = [*keys, "status", "form", "E", "A", "alpha", "residual df", "n_points", "n_seeds_min", "reason / notes"]
     preds = [[*(str(f.labels[k]) for k in keys), num(x_), interval(pr.value, *pr.ci95, n=f.n_seeds_min)]
              for f in fits for x_, pr in f.predictions]
@@ -123,7 +125,7 @@ def summary_rows(frame: pl.DataFrame, keys: list[str]) -> list[list[str]]:
 
 def ablation_section(variants: pl.DataFrame, options: dict[str, pl.DataFrame], factorial: pl.DataFrame | None) -> list[Block]:
     """Variant, option and factorial tables."""
-    keys = ["family", "variant", "size", "dataset", "split", "metric", "m"]
+    keys = ["family", "variant", "size", "dataset", "split", "metric", *CONDITION_KEYS]
     out = [h("Ablations"), h("All variants (seed summaries)", 3),
            table([*keys, "mean [95% CI] (n seeds)"], summary_rows(variants, keys))]
     for name, frame in options.items():
@@ -212,24 +214,48 @@ def matched_section(points: tuple, x_meaning: str) -> list[Block]:
 
 
 def generation_section(final: pl.DataFrame) -> list[Block]:
-    """gen_ppl under the judge beside the samples' unigram entropy, per family, size and sampler."""
-    rows = final.filter(pl.col("metric").is_in(["gen_ppl", "gen_entropy"]))
+    """gen_ppl under the judge beside the samples' unigram entropy and the generation time, per
+    family, size, sampler and sampling setting; then the joint-vs-marginal error of parallel decoding."""
+    rows = conditioned(final).filter(pl.col("metric").is_in(["gen_ppl", "gen_entropy", "gen_time_s"]))
     if rows.is_empty():
         return []
-    keys = ["family", "variant", "size", "estimator", "steps"]
+    keys = generation.SAMPLER_KEYS
     ppl = seed_table_of(rows.filter(pl.col("metric") == "gen_ppl"), keys)
     ent = seed_table_of(rows.filter(pl.col("metric") == "gen_entropy"), keys)
+    secs = seed_table_of(rows.filter(pl.col("metric") == "gen_time_s"), keys).join(
+        generation.repeat_spread(final), on=keys, how="left", nulls_equal=True)
     judges = ", ".join(sorted(str(j) for j in rows["evaluator"].drop_nulls().unique())) if "evaluator" in rows.columns else ""
-    joined = ent.join(ppl, on=keys, how="left", suffix="_ppl").sort(keys)
+    joined = (ent.join(ppl, on=keys, how="left", suffix="_ppl", nulls_equal=True)
+              .join(secs, on=keys, how="left", suffix="_s", nulls_equal=True).sort(keys, nulls_last=True))
     body = [[str(r[k]) for k in keys] + [interval(r["mean_ppl"], r["lo_ppl"], r["hi_ppl"], r["n_ppl"])
                                          if r["mean_ppl"] is not None else "not judged",
-                                         interval(r["mean"], r["lo"], r["hi"], r["n"])]
+                                         interval(r["mean"], r["lo"], r["hi"], r["n"]),
+                                         interval(r["mean_s"], r["lo_s"], r["hi_s"], r["n_s"])
+                                         if r["mean_s"] is not None else "",
+                                         num(r["repeat_sd"]) if r.get("repeat_sd") is not None else ""]
             for r in joined.iter_rows(named=True)]
     return [h("Generation (judged from outside the comparison)"),
             p(f"gen_ppl: perplexity of the samples under the judge run ({judges or 'none'}), which is not one of "
               "the compared runs; gen_entropy: the samples' unigram entropy in nats per token (low entropy = "
-              "repetitive text, which flatters gen_ppl). Intervals over seeds."),
-            table([*keys, "gen_ppl [95% CI] (n seeds)", "gen_entropy [95% CI] (n seeds)"], body)]
+              "repetitive text, which flatters gen_ppl); gen_time_s: wall seconds per batch, the mean of a run's "
+              "repeats, and their spread within a run (median over runs of the repeats' std). temperature and "
+              "top_p: the sampling setting (1.0 / 1.0 is plain sampling). Intervals over seeds."),
+            table([*keys, "gen_ppl [95% CI] (n seeds)", "gen_entropy [95% CI] (n seeds)",
+                   "gen_time_s [95% CI] (n seeds)", "repeat std (s)"], body)] + parallel_section(final)
+
+
+def parallel_section(final: pl.DataFrame) -> list[Block]:
+    """The joint-vs-marginal error of parallel decoding: gen_self_nll(k) − gen_self_nll(1)."""
+    frame = generation.parallel_error(final)
+    if frame is None:
+        return []
+    keys = generation.PARALLEL_KEYS
+    return [h("Parallel decoding: the joint-vs-marginal error", 3),
+            p("A decoder that decodes k tokens per step samples them independently from their marginals. Its own "
+              "joint NLL of those samples along their decode order, minus the same at k = 1 (exact ancestral "
+              "sampling), paired within each run (same model, same sampling setting), in nats per token; "
+              "t-intervals over seeds. Positive: the factorised step costs joint likelihood."),
+            table([*keys, "Δ gen_self_nll vs k = 1 [95% CI] (n seeds)"], summary_rows(frame, keys))]
 
 
 def seed_table_of(rows: pl.DataFrame, keys: list[str]) -> pl.DataFrame:

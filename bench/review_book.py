@@ -27,6 +27,7 @@ import polars as pl
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the sections read models.ladder, with or without an installed aoscale
+CONDITIONS = ("m", "steps", "tokens_per_step", "temperature", "top_p")  # the report's (analysis.cells)
 RUN_FILE = "book_run.json"  # beside the study: its launch's command, wall time, exit and load averages
 COMMON_CAVEATS = (
     "Shakespeare bytes, not OpenWebText BPE: a 257-token vocabulary and 32-byte contexts, so context "
@@ -107,8 +108,12 @@ SECTIONS: dict[str, Section] = {
         "(judge perplexity, entropy) and the joint-vs-marginal error of parallel decoding (gen_self_nll per "
         "tokens-per-step).",
         ("infill_nll", "infill_em", "gen_time_s", "gen_ppl", "gen_entropy", "gen_self_nll"),
-        ("Generation uses the suite's default sampling (no annealing): the top-p 0.95 / temperature 0.7 rows "
-         "need `python -m jobs.generate --top-p 0.95 --temperature 0.7` on each run (not in this book).",
+        ("Step counts are matched: MDLM and the decoders run T = 32 / 16 / 8 steps for a 32-byte sample (the "
+         "decoders then place 1 / 2 / 4 tokens per step, linear schedule); AR always runs 32. Annealed is "
+         "temperature 0.7 with top-p 0.95, the review's setting; plain is 1.0 / 1.0.",
+         "gen_self_nll scores samples under the model that drew them, so it measures the parallel step's joint-"
+         "vs-marginal error, not quality; quality is the judge's gen_ppl beside the samples' entropy (annealing "
+         "lowers both).",
          "Times are one CPU thread at 32-byte contexts: the paper's 25x is a GPU figure at 1,024 tokens.")),
 }
 
@@ -145,14 +150,32 @@ def points_table(points: pl.DataFrame, metrics: tuple[str, ...]) -> str:
     if rows.is_empty():
         return "_no records for these metrics_\n"
     sizes = sorted(rows["size"].unique().to_list(), key=_size_key)
-    lines = ["| metric | dataset | m / steps | family | variant | " + " | ".join(sizes) + " |",
+    lines = ["| metric | dataset | condition | family | variant | " + " | ".join(sizes) + " |",
              "|---" * (5 + len(sizes)) + "|"]
-    keys = ["metric", "dataset", "m", "family", "variant"]
+    rows = rows.with_columns([pl.lit(None, pl.Int64).alias(c) for c in CONDITIONS if c not in rows.columns])
+    keys = ["metric", "dataset", *CONDITIONS, "family", "variant"]
     for key, group in rows.sort(keys, nulls_last=True).group_by(keys, maintain_order=True):
         cells = {r["size"]: _interval(r) for r in group.iter_rows(named=True)}
-        label = ["" if v is None else str(v) for v in key]
+        shown = dict(zip(keys, key))
+        label = [str(shown["metric"]), str(shown["dataset"]), _condition(shown), str(shown["family"]),
+                 str(shown["variant"])]
         lines.append("| " + " | ".join(label + [cells.get(s, "") for s in sizes]) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _condition(row: dict) -> str:
+    """What a row was measured under: 'M=4', 'steps=32', '4 tokens/step (8 steps)', each with its
+    sampling ('annealed T=0.7 p=0.95' or 'plain'), or ''."""
+    if row.get("tokens_per_step") is not None:
+        k = row["tokens_per_step"]
+        shown = [f"{k} token{'' if k == 1 else 's'}/step ({row['steps']} steps)"]
+    else:
+        shown = [f"M={row['m']}" if row.get("m") is not None else "",
+                 f"steps={row['steps']}" if row.get("steps") is not None else ""]
+    if row.get("temperature") is not None:
+        plain = row["temperature"] == 1.0 and row.get("top_p") == 1.0
+        shown.append("plain" if plain else f"annealed T={row['temperature']:g} p={row['top_p']:g}")
+    return " ".join(s for s in shown if s)
 
 
 def _size_key(size: str) -> float:
@@ -166,17 +189,27 @@ def _signed(value: float | None) -> str:
     return "—" if value is None or value != value else f"{value:+.4f}"
 
 
-def factorial_md(path: Path) -> str:
-    """The factorial's effects (estimate [95 % CI], n, dof) per size and metric."""
+def _csv_md(path: Path, intro: str, header: list[str], cells, keep=None) -> str:
+    """A Markdown table of a report CSV: `intro`, then one row of `cells(row)` per row ('' if absent)."""
     if not path.exists():
         return ""
-    frame = pl.read_csv(path).filter(pl.col("metric").is_in(["nll_anyorder", "nll_l2r"]))
-    lines = ["\n**Factorial effects** (mean at the second level − mean at the first; nats/byte):\n",
-             "| size | metric | effect | contrast | estimate [95 % CI] | n | dof |", "|---|---|---|---|---|---|---|"]
-    for r in frame.iter_rows(named=True):
-        lines.append(f"| {r['size']} | {r['metric']} | {r['effect']} | {r['contrast']} | "
-                     f"{_signed(r['estimate'])} [{_signed(r['lo'])}, {_signed(r['hi'])}] | {r['n']} | {r['dof']} |")
+    frame = pl.read_csv(path)
+    frame = frame.filter(keep) if keep is not None else frame
+    lines = [f"\n{intro}\n", "| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in cells(r)) + " |" for r in frame.iter_rows(named=True)]
     return "\n".join(lines) + "\n"
+
+
+def _estimate(r: dict, value: str = "mean") -> str:
+    return f"{_signed(r[value])} [{_signed(r['lo'])}, {_signed(r['hi'])}]"
+
+
+def factorial_md(path: Path) -> str:
+    """The factorial's effects (estimate [95 % CI], n, dof) per size and metric."""
+    return _csv_md(path, "**Factorial effects** (mean at the second level − mean at the first; nats/byte):\n",
+                   ["size", "metric", "effect", "contrast", "estimate [95 % CI]", "n", "dof"],
+                   lambda r: [r["size"], r["metric"], r["effect"], r["contrast"], _estimate(r, "estimate"), r["n"],
+                              r["dof"]], pl.col("metric").is_in(["nll_anyorder", "nll_l2r"]))
 
 
 def ema_md(path: Path) -> str:
@@ -204,6 +237,29 @@ def ensemble_md(fits: dict) -> str:
             "[95 % CI] | n |\n|---|---|---|---|---|---|\n" + "\n".join(lines) + "\n")
 
 
+def _sampling(r: dict) -> str:
+    return _condition({"temperature": r["temperature"], "top_p": r["top_p"]})
+
+
+def parallel_md(path: Path) -> str:
+    """gen_self_nll(k) − gen_self_nll(1), paired within each run (the report's parallel_decoding table)."""
+    return _csv_md(path, "**Joint-vs-marginal error of parallel decoding**: gen_self_nll(k) − gen_self_nll(k = 1), "
+                   "the model's own joint NLL of samples decoded k tokens per step, paired within each run "
+                   "(nats/byte; positive: the factorised step costs likelihood):\n",
+                   ["family", "variant", "size", "sampling", "k (steps)", "Δ [95 % CI] (n seeds)"],
+                   lambda r: [r["family"], r["variant"], r["size"], _sampling(r),
+                              f"{r['tokens_per_step']} ({r['steps']})", f"{_estimate(r)} (n={r['n']})"])
+
+
+def repeats_md(path: Path) -> str:
+    """gen_time_s' spread over each run's repeats (the report's generation_repeats table)."""
+    return _csv_md(path, "**Generation time over repeats** (each run generated every setting several times; the "
+                   "median over runs of the repeats' standard deviation):\n",
+                   ["family", "variant", "size", "sampler", "steps", "sampling", "repeats", "std over repeats (s)"],
+                   lambda r: [r["family"], r["variant"], r["size"], r["estimator"], r["steps"], _sampling(r),
+                              r["repeats"], f"{r['repeat_sd']:.4f}"])
+
+
 def section_md(preset: str, run: dict, report_dir: Path) -> str:
     """One book section from a finished study's report."""
     section = SECTIONS[preset]
@@ -222,7 +278,9 @@ def section_md(preset: str, run: dict, report_dir: Path) -> str:
            f"**Command.** `{run['command']}`\n\n", wall, weights, answer, points_table(points, section.metrics),
            factorial_md(report_dir / "tables" / "factorial.csv"),
            ensemble_md(fits) if "nll_ensemble" in section.metrics else "",
-           ema_md(report_dir / "tables" / "ema_effect.csv") if section.ema_effect else "", stuck,
+           ema_md(report_dir / "tables" / "ema_effect.csv") if section.ema_effect else "",
+           parallel_md(report_dir / "tables" / "parallel_decoding.csv"),
+           repeats_md(report_dir / "tables" / "generation_repeats.csv"), stuck,
            "\n**What this cannot say.**\n\n", *[f"- {c}\n" for c in (*section.caveats, *COMMON_CAVEATS)]]
     return "".join(out)
 

@@ -87,9 +87,10 @@ def mdm_loss_cpu() -> dict[str, Any]:
 
 def infill_cpu() -> dict[str, Any]:
     """Infilling (8-byte middle spans) and generation for AR, AO-GPT, σ-GPT and MDLM, 1,000 steps;
-    generation is judged by a dedicated AR run (the `cpu-gen` suite)."""
+    generation at matched step counts, plain and annealed, 3 repeats, judged by a dedicated AR run
+    (the `cpu-speed` suite)."""
     arms = [DEFAULT_ARMS[f] for f in ("ar", "aogpt", "sigma_gpt", "mdm")]
-    return _settings(1000, arms, eval_suite="cpu-gen")
+    return _settings(1000, arms, eval_suite="cpu-speed")
 
 
 CPU_PRESETS: dict[str, Callable[[], dict[str, Any]]] = {

@@ -25,6 +25,9 @@ class Suite:
     infill_span: int = 0  # middle-span length in tokens; 0 = no infilling benchmark
     generate: bool = False
     gen_samples: int = 16  # samples drawn per step count when `generate`
+    gen_steps: tuple[int, ...] = (64,)  # step counts T (decoders run min(T, length); AR always length)
+    gen_sampling: tuple[tuple[float, float], ...] = ((1.0, 1.0),)  # (temperature, top_p) settings
+    gen_repeats: int = 1  # independent generations per (steps, sampling): gen_time_s' spread
     test_split: bool = False  # also score a test split held out of validation's windows (jobs.data.heldout)
 
     @property
@@ -51,6 +54,13 @@ SUITES: dict[str, Suite] = {
     # 8-token middle spans and 16 samples per step count, judged by the study's AR judge run
     "cpu-gen": Suite(val_chunks=4096, k_mc=2, m_max=4, n_targets=16, ensemble_chunks=256,
                      zero_shot=("wikitext2",), zero_shot_chunks=4, infill_span=8, generate=True),
+    # speed at comparable quality (scaling/review_presets.py `infill-cpu`): cpu-gen's infilling, and
+    # generation of the 32-byte context at matched step counts T = 32 / 16 / 8 (AO-GPT: 1 / 2 / 4
+    # tokens per step), plain and annealed (temperature 0.7, top-p 0.95: the review's setting),
+    # 3 repeats of 16 samples each; cpu-gen stays as it was, so its studies' records stay its own
+    "cpu-speed": Suite(val_chunks=4096, k_mc=2, m_max=4, n_targets=16, ensemble_chunks=256,
+                       zero_shot=("wikitext2",), zero_shot_chunks=4, infill_span=8, generate=True,
+                       gen_steps=(32, 16, 8), gen_sampling=((1.0, 1.0), (0.7, 0.95)), gen_repeats=3),
     # isoFLOP studies with swept settings (the frontier preset): selection reads validation, the
     # report reads test; 512 windows of each, fewer MC draws and a short ensemble sweep (M <= 2, on
     # the 256 windows every suite's ensemble takes at least), since a frontier study evaluates ~150 small runs

@@ -38,7 +38,8 @@ from jobs.train import checkpoint
 from jobs.eval import windows as ew
 from jobs.run.allocator import keep_freed_memory
 from jobs.run.device import Placement, placement
-from jobs.eval.generate import GenSettings, generation_rows, write_samples
+from jobs.eval.generate import GenSettings, generation_sweep, write_samples
+from models.sampling import Sampling
 from jobs.train.preflight import check_eval_dir
 from jobs.eval.records import record, run_context, to_frame, write_records
 from jobs.run.lock import holding
@@ -409,8 +410,10 @@ def compute_rows(model, spec, datasets: list[Dataset], ctx: dict, settings: Sett
                     raise
                 missing.append(f"lambada_acc: {str(error)[:300]}")
     if settings.suite.generate and ctx["weights"] == weight_kinds(spec, settings.weights)[0]:
-        gs = GenSettings(n_samples=settings.suite.gen_samples, seed=settings.seed)
-        gen_rows, samples = generation_rows(model, spec, ctx, run_dir, gs=gs)
+        suite = settings.suite
+        gen = [GenSettings(n_samples=suite.gen_samples, steps=suite.gen_steps, sampling=Sampling(t, top_p),
+                           seed=settings.seed, repeats=suite.gen_repeats) for t, top_p in suite.gen_sampling]
+        gen_rows, samples = generation_sweep(model, spec, ctx, run_dir, gen)
         write_samples(run_dir, samples)  # the judge scores them later if it is not trained yet
         rows += gen_rows
     return rows

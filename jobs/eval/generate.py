@@ -9,11 +9,14 @@
                 checkpoint yet, `score_samples` adds the rows later from samples.parquet.
   gen_entropy   per-sample unigram entropy of the generated tokens (nats/token), mean and se:
                 repetitive text shows as low entropy beside a flattering gen_ppl
-  gen_time_s    wall seconds to generate the n samples (batched), per step count
+  gen_time_s    wall seconds to generate the n samples (batched), per step count; with R repeats
+                (independent draws, `repeats`), the mean over them, se = their std / sqrt(R)
   gen_self_nll  families that declare `decode_order_nll` (the decoders): samples decoded k tokens
                 per step (linear schedule) scored by the same model along their decode order, per
                 k (`tokens_per_step`): the cost of the factorised parallel step, measured against
                 k = 1 (exact ancestral sampling)
+Every row carries its sampling setting (`temperature`, `top_p`: 1.0 and 1.0 is plain sampling; the
+review's annealing is 0.7 and 0.95); gen_ppl and gen_entropy pool the samples of all repeats.
 Each family samples with its own `sample` (its module under models/families), which names its
 method (the `estimator` column and samples.parquet's `method`).
 """
@@ -45,6 +48,8 @@ from models import sampling as sm
 from models.families import JUDGE_FAMILY
 
 SAMPLES_FILE = "samples.parquet"
+SAMPLING_COLUMNS = ("temperature", "top_p")  # GenSettings.columns(): the sampling setting of a row
+GEN_METRICS = ("gen_time_s", "gen_entropy", "gen_ppl", "gen_self_nll")
 GEN_SEED = 20240918  # default sampling seed, recorded as eval_seed
 
 
@@ -60,6 +65,11 @@ class GenSettings:
     sampling: sm.Sampling = field(default_factory=sm.Sampling)
     tokens_per_step: tuple[int, ...] = (1, 2, 4, 8)  # joint-vs-marginal sweep (decoders)
     seed: int = GEN_SEED
+    repeats: int = 1  # independent generations per step count (gen_time_s: their mean and spread)
+
+    def columns(self) -> dict:
+        """The record and sample columns naming this sampling setting."""
+        return {"temperature": float(self.sampling.temperature), "top_p": float(self.sampling.top_p)}
 
 
 def _request(gs: GenSettings, length: int, steps: int) -> sm.Request:
@@ -132,7 +142,7 @@ def self_nll_rows(model, ctx, gs: GenSettings, length: int) -> list[dict]:
         nll, steps = model.decode_order_nll(gs.n_samples, length, k, gs.sampling, g)
         value, se = _mean_se(nll)
         rows.append(_gen_record(ctx, "gen_self_nll", value, "nats/token", gs.n_samples, se=se,
-                                estimator="decode_order", tokens_per_step=k, steps=steps))
+                                estimator="decode_order", tokens_per_step=k, steps=steps, **gs.columns()))
     return rows
 
 
@@ -147,25 +157,50 @@ def generation_rows(model, spec, ctx: dict, run_dir: Path, seed: int = GEN_SEED,
     steps_list = (length,) if model.SPEC.steps_are_length else gs.steps
     rows, samples = [], []
     for steps in steps_list:
-        g = torch.Generator(model.wte.weight.device).manual_seed(gs.seed * 1_000_003 + steps)
-        start = time.perf_counter()
-        with placement(spec).autocast():
-            out = model.sample(_request(gs, length, steps), g)
-        _synchronize(model)
-        elapsed = time.perf_counter() - start
-        if not out.method:
-            raise ValueError(f"family: {model.family!r}'s `sample` names no method (Generation.method)")
-        extra = dict(steps=out.steps, estimator=out.method)  # the steps run, not those asked for
-        rows.append(_gen_record(ctx, "gen_time_s", elapsed, "s", gs.n_samples, **extra))
-        value, se = _mean_se(unigram_entropy(out.tokens))
-        rows.append(_gen_record(ctx, "gen_entropy", value, "nats/token", gs.n_samples, se=se, **extra))
+        out, times, drawn = None, [], []
+        for repeat in range(gs.repeats):
+            out, elapsed = _timed_sample(model, spec, gs, length, steps, repeat)
+            times.append(elapsed)
+            drawn.append(out.tokens)
+        tokens = torch.cat(drawn)  # [repeats * n_samples, length]
+        # the steps run, not those asked for
+        extra = dict(steps=out.steps, estimator=out.method, repeats=gs.repeats, **gs.columns())
+        value, se = _mean_se(torch.tensor(times))
+        rows.append(_gen_record(ctx, "gen_time_s", value, "s", gs.n_samples, se=se, **extra))
+        value, se = _mean_se(unigram_entropy(tokens))
+        rows.append(_gen_record(ctx, "gen_entropy", value, "nats/token", len(tokens), se=se, **extra))
         if evaluator is not None:
-            value, se = _mean_se(lk.sample_ppl(evaluator, out.tokens))
-            rows.append(_gen_record(ctx, "gen_ppl", value, "ppl", gs.n_samples, se=se, evaluator=evaluator_id,
+            value, se = _mean_se(lk.sample_ppl(evaluator, tokens))
+            rows.append(_gen_record(ctx, "gen_ppl", value, "ppl", len(tokens), se=se, evaluator=evaluator_id,
                                     **extra))
-        samples += _sample_rows(spec, out.tokens, extra)
+        samples += _sample_rows(spec, tokens, extra, gs.n_samples)
     if model.decode_order_nll is not None:
         rows += self_nll_rows(model, ctx, gs, length)
+    return rows, samples
+
+
+def _timed_sample(model, spec, gs: GenSettings, length: int, steps: int, repeat: int):
+    """(the family's Generation, wall seconds) of one batch; repeat 0 keeps the stream of a single
+    generation, later repeats draw from their own."""
+    g = torch.Generator(model.wte.weight.device).manual_seed(gs.seed * 1_000_003 + steps + 7_919 * repeat)
+    start = time.perf_counter()
+    with placement(spec).autocast():
+        out = model.sample(_request(gs, length, steps), g)
+    _synchronize(model)
+    elapsed = time.perf_counter() - start
+    if not out.method:
+        raise ValueError(f"family: {model.family!r}'s `sample` names no method (Generation.method)")
+    return out, elapsed
+
+
+def generation_sweep(model, spec, ctx: dict, run_dir: Path, settings: list[GenSettings],
+                     judge_run=None) -> tuple[list[dict], list[dict]]:
+    """(record rows, sample rows) of every sampling setting in `settings` (e.g. plain and annealed)."""
+    rows, samples = [], []
+    for gs in settings:
+        got_rows, got_samples = generation_rows(model, spec, ctx, run_dir, gs=gs, judge_run=judge_run)
+        rows += got_rows
+        samples += got_samples
     return rows, samples
 
 
@@ -175,10 +210,11 @@ def _synchronize(model) -> None:
         torch.cuda.synchronize(model.wte.weight.device)
 
 
-def _sample_rows(spec, tokens: torch.Tensor, extra: dict) -> list[dict]:
+def _sample_rows(spec, tokens: torch.Tensor, extra: dict, per_repeat: int) -> list[dict]:
     enc = get_encoding(spec.tokenizer)
-    return [{"run_id": spec.run_id, "method": extra["estimator"], "steps": extra["steps"], "sample": i,
-             "tokens": row, "text": enc.decode(row, errors="replace")}
+    return [{"run_id": spec.run_id, "method": extra["estimator"], "steps": extra["steps"],
+             "temperature": extra["temperature"], "top_p": extra["top_p"], "repeat": i // per_repeat,
+             "sample": i, "tokens": row, "text": enc.decode(row, errors="replace")}
             for i, row in enumerate(tokens.tolist())]
 
 
@@ -186,6 +222,7 @@ def write_samples(run_dir: Path, samples: list[dict]) -> None:
     """samples.parquet, atomically."""
     buffer = io.BytesIO()
     pl.DataFrame(samples, schema={"run_id": pl.String, "method": pl.String, "steps": pl.Int64,
+                                  "temperature": pl.Float64, "top_p": pl.Float64, "repeat": pl.Int64,
                                   "sample": pl.Int64, "tokens": pl.List(pl.Int64), "text": pl.String}
                  ).write_parquet(buffer)
     atomic_write_bytes(run_dir / SAMPLES_FILE, buffer.getvalue())
@@ -202,20 +239,28 @@ def score_samples(run_dir: str | Path, judge_run: str | Path | None = None) -> p
     if not records.filter(pl.col("metric") == "gen_ppl").is_empty():
         return None  # scored already
     samples = pl.read_parquet(run_dir / SAMPLES_FILE)
+    samples = samples.with_columns([pl.lit(None, pl.Float64).alias(c) for c in SAMPLING_COLUMNS
+                                    if c not in samples.columns])  # files written before the columns
     length = int(samples["tokens"].list.len().max())
     judge, judge_id = load_judge(run_dir, spec, length, judge_run)
     if judge is None:
         return None
     timed = records.filter(pl.col("metric") == "gen_time_s")
+    timed = timed.with_columns([pl.lit(None, pl.Float64).alias(c) for c in SAMPLING_COLUMNS if c not in timed.columns])
     rows = []
-    for (method, steps), group in samples.group_by(["method", "steps"], maintain_order=True):
-        base = timed.filter((pl.col("estimator") == method) & (pl.col("steps") == steps)).row(0, named=True)
+    for (method, steps, *sampling), group in samples.group_by(["method", "steps", *SAMPLING_COLUMNS],
+                                                              maintain_order=True):
+        same = [pl.col(c).eq_missing(v) for c, v in zip(SAMPLING_COLUMNS, sampling)]
+        base = timed.filter((pl.col("estimator") == method) & (pl.col("steps") == steps) & pl.all_horizontal(same)
+                            ).row(0, named=True)
         ctx = {k: v for k, v in base.items() if k not in ("dataset", "split", "metric", "value", "se", "n_samples",
-                                                           "m", "unit", "estimator", "steps", "evaluator")}
+                                                           "m", "unit", "estimator", "steps", "evaluator", "repeats",
+                                                           *SAMPLING_COLUMNS)}
         with torch.no_grad():
             value, se = _mean_se(lk.sample_ppl(judge, torch.tensor(group.sort("sample")["tokens"].to_list())))
         rows.append(_gen_record(ctx, "gen_ppl", value, "ppl", len(group), se=se, evaluator=judge_id,
-                                steps=steps, estimator=method))
+                                steps=steps, estimator=method, repeats=base.get("repeats"),
+                                **dict(zip(SAMPLING_COLUMNS, sampling))))
     return write_records(run_dir, to_frame(rows))
 
 
@@ -234,7 +279,8 @@ def generate(run_dir: str | Path, gs: GenSettings = GenSettings(), weights: str 
     except ValueError as error:
         raise InputError(str(error)) from None
     write_samples(run_dir, samples)
-    return write_records(run_dir, to_frame(rows), drop=("gen_ppl",))  # new samples: old scores are stale
+    # new samples replace the old: every generation row of the old ones goes (none is left unmatched)
+    return write_records(run_dir, to_frame(rows), drop=GEN_METRICS)
 
 
 # ---- CLI ---------------------------------------------------------------------------------------

@@ -7,6 +7,8 @@ number can be traced to how it was measured:
   n_targets      scored target slots per sequence (ensembling subsample), null = all
   steps          sampling steps (generation rows)
   tokens_per_step  parallel tokens per step (joint-vs-marginal rows)
+  temperature, top_p  the sampling setting of generation rows (1.0 and 1.0: plain sampling)
+  repeats        independent generations a generation row pools (gen_time_s: their mean)
   evaluator      run id of the model that scored samples (gen_ppl)
   weights        ema | raw (null for properties of the data: nll_unigram)
   role           compared | judge (the judge scores generated samples and enters no fit or gap)
@@ -62,6 +64,7 @@ EXTRA_SCHEMA: dict[str, pl.DataType] = {
     "precision": pl.String, "coverage_tokens": pl.Int64, "split_tokens": pl.Int64,
     "budget_flops": pl.Float64, "plan_tokens": pl.Int64, "epochs": pl.Float64, "unique_tokens": pl.Int64,
     "suite": pl.String, "run_steps": pl.Int64, "n_layer": pl.Int64,
+    "temperature": pl.Float64, "top_p": pl.Float64, "repeats": pl.Int64,
 }
 SCHEMA = {**CONTRACT_SCHEMA, **EXTRA_SCHEMA}
 UNITS = ("nats/token", "nats/byte", "bits/byte", "ppl", "s", "fraction")

@@ -267,3 +267,54 @@ def test_paper_suite_generation_rows(runs):
         assert joint["tokens_per_step"].to_list() == [1, 2, 4, 8]
         assert joint["steps"].to_list() == [32, 16, 8, 4]  # ceil(L / k)
         assert set(joint["estimator"]) == {"decode_order"} and (joint["se"] > 0).all()
+
+
+# ---- speed at comparable quality: repeats and sampling settings --------------------------------
+def test_repeats_keep_the_first_stream_and_pool_the_samples(runs):
+    one = gen.GenSettings(n_samples=2, length=16, steps=(4,), tokens_per_step=(1,))
+    gen.generate(runs["aogpt"], one, judge_run=runs["judge"])
+    first = pl.read_parquet(runs["aogpt"] / "samples.parquet")["tokens"].to_list()
+    three = gen.GenSettings(n_samples=2, length=16, steps=(4,), tokens_per_step=(1,), repeats=3)
+    frame = gen.generate(runs["aogpt"], three, judge_run=runs["judge"])
+    samples = pl.read_parquet(runs["aogpt"] / "samples.parquet")
+    assert samples["repeat"].to_list() == [0, 0, 1, 1, 2, 2]
+    assert samples["tokens"].to_list()[:2] == first  # repeat 0 is the single generation, draw for draw
+    assert samples["tokens"].to_list()[2:4] != first  # later repeats draw from their own streams
+    timed = frame.filter(pl.col("metric") == "gen_time_s").row(0, named=True)
+    assert timed["repeats"] == 3 and timed["n_samples"] == 2 and timed["se"] is not None and timed["se"] >= 0
+    ppl = frame.filter(pl.col("metric") == "gen_ppl").row(0, named=True)
+    assert ppl["n_samples"] == 6 and ppl["repeats"] == 3  # the judge scored every repeat's samples
+    assert (ppl["temperature"], ppl["top_p"]) == (1.0, 1.0)
+
+
+def test_a_new_generation_replaces_every_old_generation_row(runs):
+    gs = gen.GenSettings(n_samples=2, length=16, steps=(4, 8), tokens_per_step=(1, 2))
+    gen.generate(runs["aogpt"], gs, judge_run=runs["judge"])
+    frame = gen.generate(runs["aogpt"], gen.GenSettings(n_samples=2, length=16, steps=(4,), tokens_per_step=(1,),
+                                                        sampling=gen.sm.Sampling(0.7, 0.95)), judge_run=runs["judge"])
+    rows = frame.filter(pl.col("metric").str.starts_with("gen_"))
+    assert set(rows["temperature"]) == {0.7} and set(rows["steps"]) == {4, 16}  # 16: gen_self_nll at k = 1
+    assert len(rows) == 4  # time, entropy, ppl at T = 4, self-NLL at k = 1: none of the old samples' rows
+
+
+def test_the_speed_suite_generates_each_step_count_under_each_sampling_setting(runs):
+    from jobs.data.suites import SUITES
+
+    suite = SUITES["cpu-speed"]
+    assert suite.gen_steps == (32, 16, 8) and suite.gen_sampling == ((1.0, 1.0), (0.7, 0.95)) and suite.gen_repeats == 3
+    spec = RunSpec.load(runs["aogpt"] / "spec.json").replace(judge=runs["judge"].name)
+    (runs["aogpt"] / "spec.json").write_text(spec.to_json())
+    small = dict(val_chunks=2, k_mc=2, m_max=2, n_targets=4, ensemble_chunks=2, gen_samples=2, zero_shot=())
+    frame = ev.evaluate(runs["aogpt"], "cpu-speed", **small)
+    ppl = frame.filter(pl.col("metric") == "gen_ppl").sort("temperature", "steps")
+    assert ppl.select("temperature", "top_p", "steps").rows() == [
+        (0.7, 0.95, 8), (0.7, 0.95, 16), (0.7, 0.95, 32), (1.0, 1.0, 8), (1.0, 1.0, 16), (1.0, 1.0, 32)]
+    assert set(ppl["n_samples"]) == {6} and set(ppl["repeats"]) == {3}
+    joint = frame.filter(pl.col("metric") == "gen_self_nll")
+    assert sorted(joint.select("temperature", "tokens_per_step").rows()) == sorted(
+        (t, k) for t in (0.7, 1.0) for k in (1, 2, 4, 8))
+    samples = pl.read_parquet(runs["aogpt"] / "samples.parquet")
+    assert len(samples) == 2 * 3 * 3 * 2  # settings x step counts x repeats x samples
+    # annealing sharpens the samples: under the model itself they are likelier than plain ones
+    at_1 = joint.filter(pl.col("tokens_per_step") == 1).sort("temperature")["value"].to_list()
+    assert at_1[0] < at_1[1]
