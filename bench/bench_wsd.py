@@ -85,8 +85,7 @@ def way_cost(folders: list[Path]) -> tuple[int, float]:
     tokens, wall = 0, 0.0
     for folder in folders:
         for run_dir in sorted((folder / "runs").iterdir()):
-            spec = json.loads((run_dir / "spec.json").read_text())
-            spec = spec.get("spec", spec)
+            spec = json.loads((run_dir / "spec.json").read_text())  # flat: RunSpec.to_json
             tokens += (spec["steps"] - spec.get("branch_step", 0)) * spec["batch_size"] * spec["seq_len"]
             wall += run_wall_s(run_dir)
     return tokens, wall

@@ -195,7 +195,7 @@ def _csv_md(path: Path, intro: str, header: list[str], cells, keep=None) -> str:
         return ""
     frame = pl.read_csv(path)
     frame = frame.filter(keep) if keep is not None else frame
-    lines = [f"\n{intro}\n", "| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    lines = [f"\n{intro}", "| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
     lines += ["| " + " | ".join(str(c) for c in cells(r)) + " |" for r in frame.iter_rows(named=True)]
     return "\n".join(lines) + "\n"
 
@@ -305,21 +305,24 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run each preset's study and write its section; 1 when any study failed."""
+    """Run each preset's study and write its section; 1 when any study failed, 2 on bad input."""
     args = parse(argv)
     extra = ["--bootstrap", args.bootstrap]
     for flag in ("max_steps", "seeds", "sizes"):
         if getattr(args, flag):
             extra += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
     out, failed = Path(args.out), 0
+    if args.sections_only:  # bad input: refused before anything is written
+        absent = [Path(args.studies_root) / p / RUN_FILE for p in args.presets.split(",")
+                  if not (Path(args.studies_root) / p / RUN_FILE).is_file()]
+        if absent:
+            print(f"--sections-only: {absent[0]} not found; run that study first (without --sections-only) or "
+                  "pass --studies-root where it was trained", file=sys.stderr)
+            return 2
     out.mkdir(parents=True, exist_ok=True)
     for preset in args.presets.split(","):
         study_dir = Path(args.studies_root) / preset
         if args.sections_only:
-            if not (study_dir / RUN_FILE).is_file():
-                print(f"{preset}: {study_dir / RUN_FILE} not found; run the study first", file=sys.stderr)
-                failed = 1
-                continue
             run = json.loads((study_dir / RUN_FILE).read_text())
         else:
             run = run_study(preset, study_dir, extra)

@@ -67,5 +67,9 @@ def test_sections_only_rewrites_a_section_as_a_script_from_any_folder(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "2.779 [2.691, 2.867] (n=3)" in (tmp_path / "book" / "dec-enc-cpu.md").read_text()
     (study / review_book.RUN_FILE).unlink()
-    assert review_book.main(["--sections-only", "--presets", "dec-enc-cpu", "--studies-root",
-                             str(tmp_path / "studies"), "--out", str(tmp_path / "book")]) == 1
+    proc = subprocess.run([sys.executable, str(script), "--sections-only", "--presets", "dec-enc-cpu",
+                           "--studies-root", str(tmp_path / "studies"), "--out", str(tmp_path / "book2")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 2 and not (tmp_path / "book2").exists()  # refused, nothing written
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("--sections-only:") and review_book.RUN_FILE in line and "run that study first" in line
