@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -236,10 +235,6 @@ def _finite(v: float) -> float | None:
     return v if v == v and abs(v) != float("inf") else None
 
 
-def _safe(*parts: object) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", "_".join(str(p) for p in parts if p is not None))
-
-
 def make_figures(a: Analysis) -> list:
     """Figure blocks (PNG bytes in memory), the summary's dataset/split first: loss vs size, loss vs
     training FLOPs, gap vs size, NLL vs M, then the other sets' loss vs size and training curves."""
@@ -255,17 +250,17 @@ def make_figures(a: Analysis) -> list:
     order = lambda kv: first((*kv[0][:2], tuple(-1 if v is None else v for v in kv[0][2]), *kv[0][3:]))  # noqa: E731
     for (_, metric, conditions, dataset, split), cells in sorted(groups.items(), key=order):
         title = f"{metric} {dataset}/{split}" + condition_text(dict(zip(CONDITION_KEYS, conditions)))
-        size_blocks.append(sections.fig(f"loss_vs_size_{_safe(metric, dataset, split, *conditions)}.png",
+        size_blocks.append(sections.fig(f"loss_vs_size_{io.safe_name(metric, dataset, split, *conditions)}.png",
                                         figures.loss_vs_size(cells, by_key, title, a.x, _ylabel(a, metric)),
                                         f"{title} vs {a.x} (95% t-intervals; fitted curves with 95% bootstrap bands)"))
     blocks = size_blocks[:1] + _flops_figure(a, primary)
     for (dataset, split) in sorted({(g.dataset, g.split) for g in a.gaps}, key=first):
         sel = [g for g in a.gaps if (g.dataset, g.split) == (dataset, split)]
-        blocks.append(sections.fig(f"gap_vs_size_{_safe(dataset, split)}.png",
+        blocks.append(sections.fig(f"gap_vs_size_{io.safe_name(dataset, split)}.png",
                                    figures.gap_vs_size(sel, f"gap {dataset}/{split}", a.x, summary.token_unit(a.final)),
                                    f"Δ vs {a.x} on {dataset}/{split} (95% interval bands)"))
     for s in sorted(a.ensembles, key=lambda s: first((s.dataset, s.split))):
-        blocks.append(sections.fig(f"nll_vs_m_{_safe(s.family, s.variant, s.dataset, s.split)}.png",
+        blocks.append(sections.fig(f"nll_vs_m_{io.safe_name(s.family, s.variant, s.dataset, s.split)}.png",
                                    figures.nll_vs_m(s, summary.token_unit(a.final)),
                                    f"nll_ensemble vs M per size: {s.family}/{s.variant} {s.dataset}/{s.split} "
                                    "(95% t-interval bands)"))
@@ -290,7 +285,8 @@ def _flops_figure(a: Analysis, primary: tuple[str, str]) -> list:
     if not cells:
         return []
     title = f"nll_l2r {primary[0]}/{primary[1]} vs training FLOPs"
-    return [sections.fig(f"loss_vs_flops_{_safe(*primary)}.png", figures.loss_vs_flops(cells, title, _ylabel(a, "nll_l2r")),
+    return [sections.fig(f"loss_vs_flops_{io.safe_name(*primary)}.png",
+                         figures.loss_vs_flops(cells, title, _ylabel(a, "nll_l2r")),
                          f"{title}, all families (95% t-interval bands over seeds)")]
 
 
@@ -332,7 +328,7 @@ def tables(a: Analysis) -> dict[str, pl.DataFrame]:
     if mult_rows:
         out["multipliers"] = pl.DataFrame([{k: v for k, v in r.items() if k != "ci95"} for r in mult_rows],
                                           infer_schema_length=None)
-    out.update({f"option_{_safe(k)}": v for k, v in a.options.items()})
+    out.update({f"option_{io.safe_name(k)}": v for k, v in a.options.items()})
     for name, frame in (("plateau", a.plateau), ("ema_effect", a.ema)):
         if frame is not None and not frame.is_empty():
             out[name] = frame

@@ -3,7 +3,6 @@ the frontier tables and figures (isoFLOP curves with their parabolas and minima,
 with bands, k against loss). See analysis.selection and analysis.frontier."""
 from __future__ import annotations
 
-import re
 
 import math
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
-from analysis import frontier, sections  # noqa: E402
+from analysis import frontier, io, sections  # noqa: E402
 from analysis.figures import _png  # noqa: E402
 from analysis.report import Block, interval, num  # noqa: E402
 from analysis.selection import SWEEP_PREFIX, Selection  # noqa: E402
@@ -90,7 +89,7 @@ def _frontier_tables(front: frontier.Frontier) -> list[Block]:
 
 def _figures(front: frontier.Frontier) -> list[Block]:
     shown = [e for e in front.entries if e.key[4] == FIGURE_METRIC]
-    blocks = [sections.fig(f"isoflop_{re.sub(r'[^A-Za-z0-9._-]+', '_', '_'.join(map(str, e.key)))}.png", isoflop_png(e),
+    blocks = [sections.fig(f"isoflop_{io.safe_name(*e.key)}.png", isoflop_png(e),
                            f"isoFLOP profiles {'/'.join(map(str, e.key))}: per-seed points, fitted parabolas, minima")
               for e in shown]
     for split in sorted({e.key[3] for e in shown}):

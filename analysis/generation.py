@@ -33,8 +33,8 @@ def repeat_spread(final: pl.DataFrame) -> pl.DataFrame:
     """gen_time_s' spread over a run's repeats (std = se · sqrt(repeats)), its median over the seeds'
     runs, per sampler setting; runs without repeats (or one) give none."""
     rows = conditioned(final).filter(pl.col("metric") == "gen_time_s")
-    if "repeats" not in rows.columns:
-        rows = rows.with_columns(repeats=pl.lit(None, pl.Int64))
+    if rows.is_empty() or "repeats" not in rows.columns or "estimator" not in rows.columns:
+        return pl.DataFrame()  # no generation, or records written before repeats existed
     return (rows.filter(pl.col("repeats") > 1)
             .with_columns(repeat_sd=pl.col("se") * pl.col("repeats").cast(pl.Float64).sqrt())
             .group_by(SAMPLER_KEYS).agg(pl.col("repeat_sd").median(), pl.col("repeats").max()))

@@ -3,10 +3,17 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import tempfile
 from pathlib import Path
 
 import polars as pl
+
+
+def safe_name(*parts: object) -> str:
+    """A file-name stem from `parts` (None skipped): every run of characters outside [A-Za-z0-9._-]
+    becomes one underscore (no ':' or '+' in figure names)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", "_".join(str(p) for p in parts if p is not None))
 
 
 def write_bytes(path: Path, data: bytes) -> Path:

@@ -222,8 +222,10 @@ def generation_section(final: pl.DataFrame) -> list[Block]:
     keys = generation.SAMPLER_KEYS
     ppl = seed_table_of(rows.filter(pl.col("metric") == "gen_ppl"), keys)
     ent = seed_table_of(rows.filter(pl.col("metric") == "gen_entropy"), keys)
-    secs = seed_table_of(rows.filter(pl.col("metric") == "gen_time_s"), keys).join(
-        generation.repeat_spread(final), on=keys, how="left", nulls_equal=True)
+    spread = generation.repeat_spread(final)
+    secs = seed_table_of(rows.filter(pl.col("metric") == "gen_time_s"), keys)
+    secs = (secs.join(spread, on=keys, how="left", nulls_equal=True) if not spread.is_empty()
+            else secs.with_columns(repeat_sd=pl.lit(None, pl.Float64)))
     judges = ", ".join(sorted(str(j) for j in rows["evaluator"].drop_nulls().unique())) if "evaluator" in rows.columns else ""
     joined = (ent.join(ppl, on=keys, how="left", suffix="_ppl", nulls_equal=True)
               .join(secs, on=keys, how="left", suffix="_s", nulls_equal=True).sort(keys, nulls_last=True))

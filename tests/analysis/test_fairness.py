@@ -83,5 +83,6 @@ def test_the_report_shows_gen_ppl_beside_entropy_and_names_the_judge():
             for seed in (0, 1) for metric, value in (("gen_ppl", 30.0), ("gen_entropy", 4.0))]
     blocks = sections.generation_section(pl.DataFrame(rows))
     assert "judge1" in blocks[1].text
-    ((*keys, ppl, entropy),) = blocks[2].rows
+    ((*keys, ppl, entropy, seconds, spread),) = blocks[2].rows
     assert ppl.startswith("30.5 [") and ppl.endswith("(n=2)") and entropy.startswith("4.5 [")
+    assert keys[-2:] == ["None", "None"] and seconds == "" and spread == ""  # no sampling setting, no timing

@@ -94,3 +94,12 @@ def test_no_pair_no_table_and_the_labels_name_every_condition():
     assert generation.parallel_error(frame) is None
     assert condition_text({"m": None, "steps": 8, "tokens_per_step": 4, "temperature": 0.7, "top_p": 0.95}) == \
         " steps=8 4 tokens/step T=0.7 top-p=0.95"
+
+
+def test_the_repeat_spread_is_the_median_over_runs_of_the_repeats_std():
+    rows = [dict(family="mdm", variant="v", size="1M", estimator="ancestral", steps=32, temperature=0.7, top_p=0.95,
+                 seed=seed, run_id=f"r{seed}", metric="gen_time_s", value=0.05, se=se, repeats=4)
+            for seed, se in enumerate((0.001, 0.002, 0.004))]
+    spread = generation.repeat_spread(pl.DataFrame(rows))
+    assert spread["repeat_sd"].to_list() == pytest.approx([0.004])  # median se 0.002 x sqrt(4)
+    assert generation.repeat_spread(pl.DataFrame(rows).drop("repeats")).is_empty()

@@ -73,3 +73,23 @@ def test_sections_only_rewrites_a_section_as_a_script_from_any_folder(tmp_path):
     assert proc.returncode == 2 and not (tmp_path / "book2").exists()  # refused, nothing written
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("--sections-only:") and review_book.RUN_FILE in line and "run that study first" in line
+
+
+def test_generation_rows_are_labelled_by_condition_and_the_parallel_error_is_quoted(tmp_path):
+    import polars as pl
+
+    points = pl.DataFrame({"family": ["aogpt", "aogpt"], "variant": ["v", "v"], "size": ["0.1M", "0.1M"],
+                           "dataset": ["generated"] * 2, "split": ["samples"] * 2, "metric": ["gen_self_nll"] * 2,
+                           "m": [None, None], "steps": [32, 8], "tokens_per_step": [1, 4],
+                           "temperature": [1.0, 0.7], "top_p": [1.0, 0.95], "mean": [2.7, 2.9], "std": [0.1, 0.1],
+                           "n": [3, 3], "se": [0.06, 0.06], "lo": [2.45, 2.65], "hi": [2.95, 3.15]},
+                          schema_overrides={"m": pl.Int64})
+    text = review_book.points_table(points, ("gen_self_nll",))
+    assert "| gen_self_nll | generated | 1 token/step (32 steps) plain | aogpt | v | 2.700 [2.450, 2.950] (n=3) |" in text
+    assert "| 4 tokens/step (8 steps) annealed T=0.7 p=0.95 |" in text
+    pl.DataFrame({"family": ["aogpt"], "variant": ["v"], "size": ["0.1M"], "temperature": [0.7], "top_p": [0.95],
+                  "tokens_per_step": [4], "steps": [8], "mean": [0.0937], "std": [0.02], "n": [3], "se": [0.0143],
+                  "lo": [0.0323], "hi": [0.1551]}).write_csv(tmp_path / "parallel_decoding.csv")
+    table = review_book.parallel_md(tmp_path / "parallel_decoding.csv")
+    assert "| aogpt | v | 0.1M | annealed T=0.7 p=0.95 | 4 (8) | +0.0937 [+0.0323, +0.1551] (n=3) |" in table
+    assert review_book.parallel_md(tmp_path / "absent.csv") == "" and review_book.repeats_md(tmp_path / "absent.csv") == ""

@@ -86,10 +86,12 @@ def _check_scored_weights(study_dir, rates: dict[str, float]) -> None:
         assert weights == ["ema" if uses_ema else "raw"], (run_id, rates)
 
 
-def test_the_cpu_gen_suite_is_the_cpu_suite_plus_infilling_and_generation():
+def test_the_generation_suites_are_the_cpu_suite_plus_infilling_and_generation():
     from dataclasses import replace
 
     from jobs.data.suites import SUITES
 
-    assert SUITES["cpu-gen"] == replace(SUITES["cpu"], infill_span=8, generate=True)
-    assert PRESETS["infill-cpu"]()["eval_suite"] == "cpu-gen"
+    assert SUITES["cpu-gen"] == replace(SUITES["cpu"], infill_span=8, generate=True)  # as its studies ran
+    assert SUITES["cpu-speed"] == replace(SUITES["cpu-gen"], gen_steps=(32, 16, 8),
+                                          gen_sampling=((1.0, 1.0), (0.7, 0.95)), gen_repeats=3)
+    assert PRESETS["infill-cpu"]()["eval_suite"] == "cpu-speed"
