@@ -21,7 +21,7 @@ import tiktoken
 import torch
 
 from jobs.data import corpus as data
-from jobs.data.suites import SUITES
+from jobs.data.suites import SUITES, parse_eval_suite  # noqa: F401 - parse_eval_suite: this module's API too
 
 
 @dataclass(frozen=True, eq=False)
@@ -194,12 +194,6 @@ def eval_documents(name: str, data_dir: str | Path | None = None) -> tuple[str, 
 # Evaluation suites as a study names them
 
 EVAL_SUITE_FORM = "quick, paper, or SUITE:SET,SET (e.g. paper:wikitext2,lambada; named sets are required)"
-
-
-def parse_eval_suite(value: str) -> tuple[str, tuple[str, ...] | None]:
-    """`SUITE` or `SUITE:SET,SET` -> (suite, the named zero-shot sets or None)."""
-    suite, colon, names = value.partition(":")
-    return suite, tuple(n.strip() for n in names.split(",") if n.strip()) if colon else None
 
 
 def check_eval_suite(value: object, data_dir: str | Path | None = None) -> None:

@@ -5,9 +5,11 @@ implies (e.g. whether it generates, and so needs a judge run) without loading mo
 """
 from __future__ import annotations
 
-from cli import rules
+import hashlib
+import json
+from dataclasses import dataclass, fields, replace
 
-from dataclasses import dataclass
+from cli import rules
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,14 @@ class Suite:
     gen_sampling: tuple[tuple[float, float], ...] = ((1.0, 1.0),)  # (temperature, top_p) settings
     gen_repeats: int = 1  # independent generations per (steps, sampling): gen_time_s' spread
     test_split: bool = False  # also score a test split held out of validation's windows (jobs.data.heldout)
+
+    @property
+    def fingerprint(self) -> str:
+        """12 hex digits of what the suite measures: its fields that differ from their defaults (and
+        those without one), so adding a field whose default keeps the old behaviour changes no suite's
+        fingerprint. Records carry it (`suite_hash`): records of an edited suite are not its result."""
+        changed = {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != f.default}
+        return hashlib.sha256(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:12]
 
     @property
     def capabilities(self) -> tuple[str, ...]:
@@ -70,6 +80,18 @@ SUITES: dict[str, Suite] = {
                    zero_shot=("wikitext2", "ptb", "lm1b", "lambada"), zero_shot_chunks=None,
                    lambada=True, infill_span=16, generate=True),
 }
+
+
+def parse_eval_suite(value: str) -> tuple[str, tuple[str, ...] | None]:
+    """`SUITE` or `SUITE:SET,SET` -> (suite, the named zero-shot sets or None)."""
+    suite, colon, names = value.partition(":")
+    return suite, tuple(n.strip() for n in names.split(",") if n.strip()) if colon else None
+
+
+def resolve(value: str) -> Suite:
+    """The suite `SUITE[:SET,SET]` evaluates with: the named sets replace the suite's zero-shot sets."""
+    name, named = parse_eval_suite(value)
+    return replace(SUITES[name], zero_shot=named) if named else SUITES[name]
 
 
 def check_suite(field: str, value: object) -> str:

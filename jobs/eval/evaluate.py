@@ -362,7 +362,8 @@ def evaluate(run_dir: str | Path, suite: str = "quick", fresh: bool = False, **o
         if kind != info.weights:
             model, spec, info = load_run(run_dir, kind)
         ctx = {**run_context(spec, model.count_params(), model.flops_per_token(), info.step, info.weights),
-               "eval_seed": settings.seed, "suite": suite, **settings.place.columns()}
+               "eval_seed": settings.seed, "suite": suite, "suite_hash": settings.suite.fingerprint,
+               **settings.place.columns()}
         rows += compute_rows(model, spec, datasets, ctx, settings, Path(run_dir), missing)
     rows += unigram_rows(spec, model.vocab_size, datasets, {**ctx, "weights": None})
     windows = ew.take(rows)

@@ -24,6 +24,7 @@ number can be traced to how it was measured:
                  tokens those covered (expected, jobs.data.ledger)
   sweep_<name>   the value of each swept run setting (lr, warmup, batch_size, beta2, ...; scaling.sweep)
   suite          the evaluation suite the row was measured with (jobs.evaluate --suite)
+  suite_hash     what that suite measured then (jobs.data.suites.Suite.fingerprint, with any overrides)
   run_steps      the steps the run was planned for: a row with step < run_steps scored a partial
                  checkpoint (jobs.evaluate --allow-partial), not the run's result
   n_layer        the core's depth (the summary states depth changes between rungs)
@@ -64,7 +65,7 @@ EXTRA_SCHEMA: dict[str, pl.DataType] = {
     "precision": pl.String, "coverage_tokens": pl.Int64, "split_tokens": pl.Int64,
     "budget_flops": pl.Float64, "plan_tokens": pl.Int64, "epochs": pl.Float64, "unique_tokens": pl.Int64,
     "suite": pl.String, "run_steps": pl.Int64, "n_layer": pl.Int64,
-    "temperature": pl.Float64, "top_p": pl.Float64, "repeats": pl.Int64,
+    "temperature": pl.Float64, "top_p": pl.Float64, "repeats": pl.Int64, "suite_hash": pl.String,
 }
 SCHEMA = {**CONTRACT_SCHEMA, **EXTRA_SCHEMA}
 UNITS = ("nats/token", "nats/byte", "bits/byte", "ppl", "s", "fraction")

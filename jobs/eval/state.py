@@ -6,7 +6,10 @@ the suite its spec names now (the `suite` column), and scores the final checkpoi
 shows the run as `trained`: the next launch evaluates it (and never trains it again).
 
 Records written before the `suite` column existed carry no suite (null): they count as the
-current suite's, so existing studies stay done.
+current suite's, so existing studies stay done. Likewise for `suite_hash` (what the suite measured
+when the rows were written, `Suite.fingerprint`): rows of a suite whose definition has changed
+since, or that were evaluated with overrides (`jobs.evaluate --val-chunks ...`), are not the
+suite's result, and the next launch evaluates the run again; rows without the column count.
 """
 from __future__ import annotations
 
@@ -16,21 +19,26 @@ import polars as pl
 
 from cli import InputError
 
+from jobs.data.suites import SUITES, resolve
 from jobs.eval.records import EVAL_FILE
 from jobs.run.files import read_status
 
 SUITE_COLUMN = "suite"  # the suite the rows were evaluated with (jobs.evaluate's --suite)
+HASH_COLUMN = "suite_hash"  # its fingerprint then (jobs.data.suites.Suite.fingerprint)
 
 
-def read_stamp(path: Path) -> tuple[set[str], int | None]:
-    """(suites named by the rows, smallest evaluated step) of an eval.parquet; raises on an
-    unreadable file (truncated, not parquet)."""
+def read_stamp(path: Path) -> tuple[set[str], int | None, set[str]]:
+    """(suites named by the rows, smallest evaluated step, suite fingerprints) of an eval.parquet;
+    raises on an unreadable file (truncated, not parquet)."""
     schema = pl.read_parquet_schema(path)
-    columns = [c for c in (SUITE_COLUMN, "step") if c in schema]
+    columns = [c for c in (SUITE_COLUMN, "step", HASH_COLUMN) if c in schema]
     frame = pl.read_parquet(path, columns=columns)
-    suites = set(frame[SUITE_COLUMN].drop_nulls().unique().to_list()) if SUITE_COLUMN in frame.columns else set()
+
+    def values(column: str) -> set[str]:
+        return set(frame[column].drop_nulls().unique().to_list()) if column in frame.columns else set()
+
     step = frame["step"].min() if "step" in frame.columns and frame.height else None
-    return suites, None if step is None else int(step)
+    return values(SUITE_COLUMN), None if step is None else int(step), values(HASH_COLUMN)
 
 
 def records_gap(run_dir: str | Path, suite: str, steps: int) -> str | None:
@@ -40,11 +48,14 @@ def records_gap(run_dir: str | Path, suite: str, steps: int) -> str | None:
     if not path.exists():
         return "trained but not evaluated"
     try:
-        suites, step = read_stamp(path)
+        suites, step, hashes = read_stamp(path)
     except Exception as error:  # polars raises several types for a torn file
         return f"{EVAL_FILE} is unreadable (truncated or corrupt: {type(error).__name__})"
     if suites and suites != {suite}:
         return f"records are for suite {', '.join(sorted(suites))}, the study's is now {suite}"
+    name = suite.partition(":")[0]
+    if hashes and name in SUITES and hashes != {resolve(suite).fingerprint}:
+        return f"records are of an earlier definition of suite {suite} (or of overrides to it)"
     if step is None:
         return f"{EVAL_FILE} holds no records"
     if steps and step < steps:

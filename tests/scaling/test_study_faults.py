@@ -297,3 +297,38 @@ def test_after_a_full_disk_used_up_the_retries_retry_failed_retries(tmp_path, en
     assert launch.main(argv) == 1 and read_status(run_dir)["failures"] == 1  # retries used up: nothing runs
     assert launch.main([*argv, "--retry-failed"]) == 0
     assert read_status(run_dir)["state"] == "done" and (run_dir / "eval.parquet").exists()
+
+
+def test_records_of_an_edited_suite_are_not_its_result_and_the_relaunch_evaluates_them_again(tmp_path, env, evaluated):
+    """Rows stamped with another fingerprint of their suite (its definition changed since, or
+    overrides) leave the run `trained`; the relaunch evaluates it again and never retrains it."""
+    study = _copy(evaluated, tmp_path)
+    run_dir = _runs(study)[0]
+    before = _final_ckpt(run_dir)
+    records = pl.read_parquet(run_dir / "eval.parquet")
+    assert set(records["suite_hash"]) == {SUITES["quick"].fingerprint}
+    assert ledger.view(study, run_dir.name).state == "done"
+    records.with_columns(suite_hash=pl.lit("0123456789ab")).write_parquet(run_dir / "eval.parquet")
+    view = ledger.view(study, run_dir.name)
+    assert view.state == "trained" and "earlier definition of suite quick" in view.reason
+    records.drop("suite_hash").write_parquet(run_dir / "eval.parquet")  # rows from before the column: kept
+    assert ledger.view(study, run_dir.name).state == "done"
+    records.with_columns(suite_hash=pl.lit("0123456789ab")).write_parquet(run_dir / "eval.parquet")
+    assert launch.main(["--study-dir", str(study), *FLAGS, "--no-report"]) == 0
+    again = pl.read_parquet(run_dir / "eval.parquet")
+    assert set(again["suite_hash"]) == {SUITES["quick"].fingerprint} and ledger.view(study, run_dir.name).state == "done"
+    assert _starts(run_dir) == 1 and _final_ckpt(run_dir) == before  # evaluated again, not trained again
+
+
+def test_a_suite_fingerprint_moves_with_what_it_measures_only():
+    from dataclasses import replace
+
+    from jobs.data.suites import resolve
+
+    cpu = SUITES["cpu"]
+    assert cpu.fingerprint == "66804d8e867a"  # pinned: an edit to the cpu suite must be deliberate
+    assert replace(cpu, gen_repeats=1, gen_steps=(64,)).fingerprint == cpu.fingerprint  # defaults add nothing
+    assert replace(cpu, val_chunks=1024).fingerprint != cpu.fingerprint
+    assert len({s.fingerprint for s in SUITES.values()}) == len(SUITES)
+    assert resolve("paper:wikitext2").fingerprint != SUITES["paper"].fingerprint
+    assert resolve("paper").fingerprint == SUITES["paper"].fingerprint
