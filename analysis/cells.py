@@ -1,7 +1,7 @@
 """From validated records to fit cells: latest step per run, NaNs dropped with a note, seeds
-grouped per size. A cell is one (family, variant, metric, dataset, split, m, steps, tokens_per_step)
-curve: a metric measured under several conditions (ensemble size, generation steps, parallel tokens per
-step) is one curve per condition."""
+grouped per size. A cell is one (family, variant, metric, dataset, split, m, steps, tokens_per_step,
+temperature, top_p) curve: a metric measured under several conditions (ensemble size, generation
+steps, parallel tokens per step, sampling setting) is one curve per condition."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,9 +9,10 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-CONDITION_KEYS = ("m", "steps", "tokens_per_step", "temperature", "top_p")  # m, then records.CONDITION_COLUMNS
-CONDITION_TYPES = {"m": pl.Int64, "steps": pl.Int64, "tokens_per_step": pl.Int64, "temperature": pl.Float64,
-                   "top_p": pl.Float64}
+from analysis.records import CAST, CONDITION_COLUMNS
+
+CONDITION_TYPES = {"m": CAST["int"], **{name: CAST[kind] for name, kind in CONDITION_COLUMNS.items()}}
+CONDITION_KEYS = tuple(CONDITION_TYPES)  # m, then the records' optional condition columns
 CELL_KEYS = ("family", "variant", "metric", "dataset", "split", *CONDITION_KEYS)
 RUN_METRIC_KEYS = ("run_id", "metric", "dataset", "split", *CONDITION_KEYS)
 

@@ -336,12 +336,12 @@ def tables(a: Analysis) -> dict[str, pl.DataFrame]:
         out["matched_family_gap"] = pl.DataFrame([dataclasses.asdict(pt) for pt in a.matched])
     if a.factorial is not None:
         out["factorial"] = a.factorial
-    parallel = generation.parallel_error(a.final) if a.final is not None else None
-    if parallel is not None:
-        out["parallel_decoding"] = parallel
-    spread = generation.repeat_spread(a.final) if a.final is not None else None
-    if spread is not None and not spread.is_empty():
-        out["generation_repeats"] = spread.sort(generation.SAMPLER_KEYS, nulls_last=True)
+    if a.final is not None:
+        parallel, spread = generation.parallel_error(a.final), generation.repeat_spread(a.final)
+        if parallel is not None:
+            out["parallel_decoding"] = parallel
+        if not spread.is_empty():
+            out["generation_repeats"] = spread.sort(generation.SAMPLER_KEYS, nulls_last=True)
     return out
 
 

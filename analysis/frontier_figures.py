@@ -3,7 +3,6 @@ the frontier tables and figures (isoFLOP curves with their parabolas and minima,
 with bands, k against loss). See analysis.selection and analysis.frontier."""
 from __future__ import annotations
 
-
 import math
 from dataclasses import dataclass
 

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from analysis import fairness
+from analysis import fairness, generation
 from analysis.ablations import option_title, seed_table
-from analysis import generation
 from analysis.cells import CONDITION_KEYS, conditioned
 from analysis.fits import CurveFit
 from analysis.report import Block, interval, num

@@ -43,7 +43,7 @@ from models.sampling import Sampling
 from jobs.train.preflight import check_eval_dir
 from jobs.eval.records import record, run_context, to_frame, write_records
 from jobs.run.lock import holding
-from jobs.data.suites import SUITES, Suite
+from jobs.data.suites import Suite, resolve
 from jobs.data.datasets import EVAL_SET_NAMES, load_eval_set, load_lambada, parse_eval_suite, token_byte_lengths
 from jobs.data import corpus as data
 from jobs.data.corpus import get_encoding
@@ -103,17 +103,15 @@ def make_settings(suite: str = "quick", **overrides) -> Settings:
     """Suite `suite` with overrides (k_mc, m_max, n_targets, val_chunks, zero_shot, ...).
 
     `suite` may name its zero-shot sets, `SUITE:SET,SET`: they replace the suite's and are required."""
-    suite, named = parse_eval_suite(check_suite("--suite", suite))
-    if named and overrides.get("zero_shot") is None:
-        overrides["zero_shot"] = named
+    named = parse_eval_suite(check_suite("--suite", suite))[1]
     outer = {k: overrides.pop(k) for k in ("seed", "weights", "seq_len", "data_dir") if k in overrides}
-    chosen = replace(SUITES[suite], **{k: v for k, v in overrides.items() if v is not None})
+    chosen = replace(resolve(suite), **{k: v for k, v in overrides.items() if v is not None})
     for name in ("val_chunks", "k_mc", "m_max", "n_targets", "ensemble_chunks", "gen_samples"):
         _positive(name, getattr(chosen, name))
     for name in chosen.zero_shot:
         if name not in EVAL_SET_NAMES:
             raise InputError(f"--datasets: unknown dataset {name!r}; choose from {list(EVAL_SET_NAMES)}")
-    return Settings(chosen, require_zero_shot=overrides.get("zero_shot") is not None,
+    return Settings(chosen, require_zero_shot=bool(named) or overrides.get("zero_shot") is not None,
                     **{k: v for k, v in outer.items() if v is not None})
 
 
