@@ -9,9 +9,22 @@ values from the other splits). Per (family, variant, dataset, split, metric):
   N_opt = exp(-b / 2c), L_opt = the vertex. Intervals: 2,000 draws of the coefficients from a
   multivariate t with the fit's residual df (statsmodels' covariance), so they carry how far the
   sizes stray from the parabola; a budget with 0 residual df is `saturated` (no interval), a vertex
-  outside the measured sizes is `edge` (not used downstream), c <= 0 is `no_minimum`. The exponent a
-  of N_opt ∝ C^a is the OLS slope of ln N_opt on ln C over the `ok` budgets; its interval is the
-  percentile interval of that slope over the same draws.
+  outside the measured sizes is `edge` (not used downstream), c <= 0 is `no_minimum`. The parabola is
+  linear in its coefficients, so these draws are exactly its re-fits on runs resampled from the
+  fitted parabola with t-calibrated noise (a parametric resample over runs).
+- Exponents a of N_opt ∝ C^a and L_opt ∝ C^b: OLS slopes of ln N_opt and ln L_opt on ln C over the
+  `ok` budgets. Their intervals carry the scatter of the vertices between budgets (an lr carried
+  from another budget, a shape grid placed differently: what makes one budget's vertex stray from
+  the frontier beyond its own parabola's noise). `between_budget_draws` is scalefit's scale rule
+  one level up: s^2 = the larger of the vertices' mean square about the line (df K - 2) and the
+  within-parabola variance of a vertex (from the re-fitted parabolas' draws); each resample draws
+  the K vertices about their measured values with that scale, t-calibrated with the line's df
+  (s_b^2 = s^2 (K - 2) / chi2_{K-2}), so the slope's percentile interval is the t(K - 2) interval of
+  OLS over the vertices, widened where the parabolas are noisier than the vertices' scatter shows
+  (the larger scale with the smaller df: never narrower, so no selection on a small mean square).
+  For L_opt the line in ln C also absorbs the frontier's curvature, which makes k's interval
+  conservative (tests/analysis/test_frontier_coverage.py). Fewer than 3 budgets leave no df for
+  the scatter: the value, no interval, and the reason.
 - Approach 3: L(N, D) = E + A·N^-α + B·D^-β by least squares on ln L (D = training tokens), solved
   by a grid over (α, β, E) with A, B linear, then polished (scipy least_squares). Its interval is
   a residual bootstrap (residuals scaled by sqrt(n / df), t-calibrated) whose every resample is
@@ -21,8 +34,14 @@ values from the other splits). Per (family, variant, dataset, split, metric):
 - Compute multipliers: k(L) = C_family(L) / C_AR(L) along the two Approach-2 frontiers (each
   compared metric against AR's nll_l2r, as the per-size gaps; ln C
   interpolated in L_opt between budgets by a monotone cubic), at loss levels inside both measured L_opt
-  ranges; without an overlap one level between them, linearly extended and `extrapolated: true`.
-  C is each family's own training FLOPs (`budget_flops`, planned with the family's FLOPs per token).
+  ranges; without an overlap one level between them, linearly extended and `extrapolated: true`
+  (never in a summary). The interval reads the L_opt draws of `between_budget_draws` (the same
+  resample as the exponents), the two families drawn independently. k is given on two FLOP counts
+  (`flops`): `charged`, each family's own training FLOPs (`budget_flops`, planned with
+  `FamilyModel.flops_per_token`, which charges AO-GPT's adaLN modulation per token), and `core`,
+  6·N·D with N the shared core's non-embedding parameters (`n_params`) and D the tokens: the same
+  count for every family at a shape, without any family's own projections. A budget's core C at its
+  vertex is C times the core-to-charged ratio of its runs, interpolated in ln N at N_opt.
 """
 from __future__ import annotations
 
@@ -36,6 +55,7 @@ import statsmodels.api as sm
 from scipy.interpolate import PchipInterpolator
 from scipy.optimize import least_squares
 
+from analysis import fitstatus
 from analysis.gap import COMPARED_METRICS, REFERENCE_FAMILY, REFERENCE_METRIC
 from analysis.selection import DATA_METRICS
 from analysis.stats import Q_HI, Q_LO
@@ -50,6 +70,8 @@ LOG_E_MIN = -20.0
 # parameter space (the law collapses to two power terms): such a fit is `at_bound`, not `ok`.
 E_FLOOR_SHARE = 1e-3
 N_LOSS_LEVELS = 3
+MIN_EXPONENT_BUDGETS = 3  # a line through two vertices leaves no df for the scatter between budgets
+FLOP_COUNTS = ("charged", "core")
 
 
 def _ci(draws: np.ndarray) -> list[float | None]:
@@ -73,10 +95,13 @@ class Profile:
     n_opt_draws: np.ndarray = field(default_factory=lambda: np.full(N_DRAWS, np.nan))
     l_opt_draws: np.ndarray = field(default_factory=lambda: np.full(N_DRAWS, np.nan))
     curve: tuple[float, float, float, float] = (math.nan, math.nan, math.nan, 0.0)  # a, b, c, x centre
+    core_flops: float = math.nan  # 6·N·D at the vertex (see the module doc)
+    notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         return {"budget_flops": self.budget_flops, "n_points": self.n_points, "n_sizes": self.n_sizes,
-                "df": self.df, "status": self.status,
+                "df": self.df, "status": self.status, "notes": list(self.notes),
+                "core_flops": _finite(self.core_flops),
                 "n_opt": {"value": _finite(self.n_opt), "ci95": _ci(self.n_opt_draws)},
                 "l_opt": {"value": _finite(self.l_opt), "ci95": _ci(self.l_opt_draws)}}
 
@@ -95,7 +120,8 @@ def fit_profile(budget: float, n: np.ndarray, loss: np.ndarray, rng: np.random.G
     fit = sm.OLS(loss, np.column_stack([np.ones_like(x), x - centre, (x - centre) ** 2])).fit()
     a, b, c = (float(v) for v in fit.params)
     df = int(fit.df_resid)
-    prof = Profile(budget, len(x), sizes, df, "ok", curve=(a, b, c, centre))
+    _, notes = fitstatus.judge("ok", lof_p=_parabola_lack_of_fit(fit, n, loss))
+    prof = Profile(budget, len(x), sizes, df, "ok", curve=(a, b, c, centre), notes=tuple(notes))
     if c <= 0:
         prof.status = "no_minimum"
         return prof
@@ -116,17 +142,55 @@ def fit_profile(budget: float, n: np.ndarray, loss: np.ndarray, rng: np.random.G
     return prof
 
 
-def _exponent(profiles: list[Profile]) -> dict:
-    """a in N_opt ∝ C^a over the ok budgets, with its draw-based interval."""
-    ok = [p for p in profiles if p.status == "ok"]
-    if len(ok) < 2:
-        return {"value": None, "ci95": [None, None], "n_budgets": len(ok)}
-    lc = np.log([p.budget_flops for p in ok])
-    value = float(np.polyfit(lc, np.log([p.n_opt for p in ok]), 1)[0])
-    draws = np.log(np.column_stack([p.n_opt_draws for p in ok]))  # [draws, budgets]
-    xc = lc - lc.mean()
-    slopes = (draws - draws.mean(1, keepdims=True)) @ xc / (xc @ xc)
-    return {"value": value, "ci95": _ci(slopes), "n_budgets": len(ok)}
+def _parabola_lack_of_fit(fit, n: np.ndarray, loss: np.ndarray) -> float | None:
+    """p of the parabola's lack of fit against the seeds' scatter at each size (None without seeds)."""
+    ss_pure = float(sum(((loss[n == v] - loss[n == v].mean()) ** 2).sum() for v in np.unique(n)))
+    return fitstatus.lack_of_fit_p(float(fit.ssr), int(fit.df_resid), ss_pure, len(n) - len(np.unique(n)))
+
+
+def _robust_var(draws: np.ndarray) -> np.ndarray:
+    """Per-column variance from the interquartile range (the vertex draws have heavy tails)."""
+    q1, q3 = np.nanquantile(draws, [0.25, 0.75], axis=0)
+    return ((q3 - q1) / 1.349) ** 2
+
+
+def between_budget_draws(ln_c: np.ndarray, y: np.ndarray, within: np.ndarray,
+                         rng: np.random.Generator) -> tuple[np.ndarray, str]:
+    """Draws [B, K] of a vertex quantity y [K] (ln N_opt or ln L_opt per budget) that carry the
+    scatter between budgets, and which scale they took (module doc). `within` [B, K] are the
+    re-fitted parabolas' draws of y; the scale is the larger of the vertices' mean square about the
+    line in ln C and the within-parabola variance of a vertex, always with the line's K - 2 df, so
+    the draws never narrow the t(K - 2) interval of OLS over the vertices. With < 3 budgets there is
+    no such df and `within` is returned as it is (its callers give no interval then)."""
+    k = len(y)
+    if k < MIN_EXPONENT_BUDGETS:
+        return within, "within-parabola"
+    fit = sm.OLS(y, sm.add_constant(ln_c)).fit()
+    ms_between, df = float(fit.mse_resid), int(fit.df_resid)
+    ms_within = float(np.mean(_robust_var(within))) if np.isfinite(within).any() else 0.0
+    scale = "between-budget" if ms_between >= ms_within else "within-parabola"
+    s_b = np.sqrt(max(ms_between, ms_within) * df / rng.chisquare(df, size=(len(within), 1)))
+    return y[None, :] + s_b * rng.standard_normal((len(within), k)), scale
+
+
+def slopes(ln_c: np.ndarray, draws: np.ndarray) -> np.ndarray:
+    """OLS slope of each row of draws [B, K] on ln C [K]."""
+    xc = ln_c - ln_c.mean()
+    return (draws - draws.mean(1, keepdims=True)) @ xc / (xc @ xc)
+
+
+def _exponent(ln_c: np.ndarray, y: np.ndarray, draws: np.ndarray, scale: str) -> dict:
+    """The slope of y on ln C over the ok budgets, with its interval from `draws` (>= 3 budgets)."""
+    if len(y) < 2:
+        return {"value": None, "ci95": [None, None], "n_budgets": len(y), "interval": "needs >= 2 ok budgets"}
+    value = float(np.polyfit(ln_c, y, 1)[0])
+    if len(y) < MIN_EXPONENT_BUDGETS:
+        return {"value": value, "ci95": [None, None], "n_budgets": len(y),
+                "interval": f"none: {len(y)} ok budgets leave no df for the scatter between budgets "
+                            f"(needs >= {MIN_EXPONENT_BUDGETS})"}
+    with np.errstate(invalid="ignore"):
+        ci = _ci(slopes(ln_c, draws))
+    return {"value": value, "ci95": ci, "n_budgets": len(y), "interval": f"t({len(y) - 2}) on the {scale} scale"}
 
 
 # ---- Approach 3 --------------------------------------------------------------------------------
@@ -200,10 +264,19 @@ def fit_nd(n: np.ndarray, d: np.ndarray, loss: np.ndarray, resamples: int, rng: 
               "alpha": draws[:, 3], "beta": draws[:, 4]}
     point = dict(zip(("E", "A", "B", "alpha", "beta"), (*np.exp(theta[:3]), *theta[3:])))
     a3 = values["beta"] / (values["alpha"] + values["beta"])
-    return {"status": "at_bound" if _at_bound(theta, y) else "ok", "n_points": len(y), "df": df,
+    status, notes = fitstatus.judge("at_bound" if _at_bound(theta, y) else "ok", resamples=len(draws),
+                                    at_bound=at_bound, lof_p=_nd_lack_of_fit(ln_n, ln_d, y, sse, df))
+    return {"status": status, "notes": notes, "n_points": len(y), "df": df,
             "rss_log": sse, "resamples": len(draws), "resamples_at_bound": at_bound,
             "params": {k: {"value": float(point[k]), "ci95": _ci(v)} for k, v in values.items()},
             "n_opt_exponent": {"value": float(point["beta"] / (point["alpha"] + point["beta"])), "ci95": _ci(a3)}}
+
+
+def _nd_lack_of_fit(ln_n: np.ndarray, ln_d: np.ndarray, y: np.ndarray, sse: float, df: int) -> float | None:
+    """p of Approach 3's lack of fit against the seeds' scatter at each (N, D) (None without seeds)."""
+    cells = pl.DataFrame({"n": ln_n, "d": ln_d, "y": y}).group_by("n", "d").agg(
+        ss=((pl.col("y") - pl.col("y").mean()) ** 2).sum(), count=pl.len())
+    return fitstatus.lack_of_fit_p(sse, df, float(cells["ss"].sum()), len(y) - cells.height)
 
 
 # ---- frontier entries and multipliers ------------------------------------------------------------
@@ -217,16 +290,41 @@ class Entry:
     approach3: dict
     points: pl.DataFrame  # per-seed points: budget_flops, n_params, tokens, value
     multipliers: list[dict] = field(default_factory=list)
+    l_opt_exponent: dict = field(default_factory=dict)
+    l_opt_draws: np.ndarray = field(default_factory=lambda: np.empty((N_DRAWS, 0)))  # [B, ok budgets]
 
     def to_json(self) -> dict:
-        return {**dict(zip(ENTRY, self.key)), "n_opt_exponent": self.exponent, "approach3": self.approach3,
-                "l_opt": [p.to_json() for p in self.profiles], "compute_multipliers": self.multipliers}
+        return {**dict(zip(ENTRY, self.key)), "n_opt_exponent": self.exponent, "l_opt_exponent": self.l_opt_exponent,
+                "approach3": self.approach3, "l_opt": [p.to_json() for p in self.profiles],
+                "compute_multipliers": self.multipliers}
 
 
-def _frontier(entry: Entry) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    ok = [p for p in entry.profiles if p.status == "ok"]
-    return (np.log([p.budget_flops for p in ok]), np.array([p.l_opt for p in ok]),
-            np.column_stack([p.l_opt_draws for p in ok]) if ok else np.empty((N_DRAWS, 0)))
+def _ok(profiles: list[Profile]) -> list[Profile]:
+    return [p for p in profiles if p.status == "ok"]
+
+
+def _frontier(entry: Entry, flops: str = "charged") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ln C, L_opt, L_opt draws [B, K]) over the ok budgets, C on the `flops` count."""
+    ok = _ok(entry.profiles)
+    cs = [p.budget_flops if flops == "charged" else p.core_flops for p in ok]
+    return np.log(cs), np.array([p.l_opt for p in ok]), entry.l_opt_draws
+
+
+def _log(v) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.log(np.asarray(v, float))
+
+
+def frontier_lines(profiles: list[Profile], rng: np.random.Generator) -> tuple[dict, dict, np.ndarray]:
+    """The N_opt and L_opt exponents over the ok budgets, and the L_opt draws k reads (one resample)."""
+    ok = _ok(profiles)
+    if not ok:
+        return _exponent(np.empty(0), np.empty(0), np.empty((N_DRAWS, 0)), ""), {}, np.empty((N_DRAWS, 0))
+    lc = _log([p.budget_flops for p in ok])
+    ln_n, ln_l = _log([p.n_opt for p in ok]), _log([p.l_opt for p in ok])
+    n_draws, n_scale = between_budget_draws(lc, ln_n, _log(np.column_stack([p.n_opt_draws for p in ok])), rng)
+    l_draws, l_scale = between_budget_draws(lc, ln_l, _log(np.column_stack([p.l_opt_draws for p in ok])), rng)
+    return _exponent(lc, ln_n, n_draws, n_scale), _exponent(lc, ln_l, l_draws, l_scale), np.exp(l_draws)
 
 
 def _ln_c_at(levels: np.ndarray, ln_c: np.ndarray, l_opt: np.ndarray) -> np.ndarray:
@@ -245,10 +343,15 @@ def _ln_c_at(levels: np.ndarray, ln_c: np.ndarray, l_opt: np.ndarray) -> np.ndar
 
 
 def multipliers(ref: Entry, other: Entry) -> list[dict]:
-    """k = C_other / C_ref at matched loss along the two frontiers, with draw intervals."""
-    rc, rl, rd = _frontier(ref)
-    oc, ol, od = _frontier(other)
-    if len(rl) < 2 or len(ol) < 2:
+    """k = C_other / C_ref at matched loss along the two frontiers, with draw intervals, on each
+    FLOP count (`FLOP_COUNTS`)."""
+    return [{**k, "flops": flops} for flops in FLOP_COUNTS for k in _multipliers(ref, other, flops)]
+
+
+def _multipliers(ref: Entry, other: Entry, flops: str) -> list[dict]:
+    rc, rl, rd = _frontier(ref, flops)
+    oc, ol, od = _frontier(other, flops)
+    if len(rl) < 2 or len(ol) < 2 or not (np.all(np.isfinite(rc)) and np.all(np.isfinite(oc))):
         return []
     lo, hi = max(rl.min(), ol.min()), min(rl.max(), ol.max())
     extrapolated = not lo <= hi
@@ -256,7 +359,8 @@ def multipliers(ref: Entry, other: Entry) -> list[dict]:
     ln_k = _ln_c_at(levels, oc, ol) - _ln_c_at(levels, rc, rl)
     if not np.all(np.isfinite(ln_k)):  # a frontier whose L_opt does not fall with C: no matched loss
         return []
-    draws = np.array([_ln_c_at(levels, oc, od[i]) - _ln_c_at(levels, rc, rd[i]) for i in range(K_DRAWS)])
+    draws = np.array([_ln_c_at(levels, oc, od[i]) - _ln_c_at(levels, rc, rd[i])
+                      for i in range(min(K_DRAWS, len(od), len(rd)))])
     return [{"loss": float(level), "k": math.exp(ln_k[j]),
              "ci95": [None if v is None else math.exp(v) for v in _ci(draws[:, j])],
              "extrapolated": bool(extrapolated), "reference": REFERENCE_FAMILY,
@@ -276,11 +380,24 @@ def entry_for(key: tuple, frame: pl.DataFrame, resamples: int, seed: int) -> Ent
     pts = _points(frame)
     profiles = []
     for (budget,), part in pts.group_by(["budget_flops"], maintain_order=True):
-        profiles.append(fit_profile(float(budget), part["n_params"].to_numpy().astype(float),
-                                    part["value"].to_numpy(), rng))
+        n = part["n_params"].to_numpy().astype(float)
+        prof = fit_profile(float(budget), n, part["value"].to_numpy(), rng)
+        prof.core_flops = core_flops_at(prof.n_opt, n, part["tokens"].to_numpy().astype(float), float(budget))
+        profiles.append(prof)
     a3 = fit_nd(pts["n_params"].to_numpy().astype(float), pts["tokens"].to_numpy().astype(float),
                 pts["value"].to_numpy(), resamples, rng, n_budgets=pts["budget_flops"].n_unique())
-    return Entry(key, profiles, _exponent(profiles), a3, pts)
+    n_exp, l_exp, l_draws = frontier_lines(profiles, rng)
+    return Entry(key, profiles, n_exp, a3, pts, l_opt_exponent=l_exp, l_opt_draws=l_draws)
+
+
+def core_flops_at(n_opt: float, n: np.ndarray, tokens: np.ndarray, budget: float) -> float:
+    """One budget's core FLOPs (6·N·D) at its vertex: C times its runs' core-to-charged ratio,
+    interpolated linearly in ln N at N_opt (held at the end values outside the runs)."""
+    if not math.isfinite(n_opt):
+        return math.nan
+    order = np.argsort(n)
+    ratio = np.log(6.0 * n[order] * tokens[order] / budget)
+    return budget * math.exp(float(np.interp(math.log(n_opt), np.log(n[order]), ratio)))
 
 
 @dataclass(frozen=True)
@@ -309,7 +426,15 @@ def analyse(reported: pl.DataFrame, resamples: int, seed: int = 0) -> Frontier:
             e.multipliers = multipliers(ref, e)
         warnings += [f"{'/'.join(map(str, key))}: isoFLOP minimum at C={p.budget_flops:.3g} lies outside its "
                      "sizes; widen the grid" for p in e.profiles if p.status == "edge"]
+        warnings += _rule_warnings(key, e)
     return Frontier(tuple(entries.values()), tuple(warnings))
+
+
+def _rule_warnings(key: tuple, e: Entry) -> list[str]:
+    """The shared status rules' notes (analysis.fitstatus) as report warnings: never a silent ok."""
+    name = "/".join(map(str, key))
+    out = [f"{name}: isoFLOP parabola at C={p.budget_flops:.3g}: {n}" for p in e.profiles for n in p.notes]
+    return out + [f"{name}: Approach 3 ({e.approach3['status']}): {n}" for n in e.approach3.get("notes", [])]
 
 
 def _ref_variant(entries: dict, key: tuple) -> tuple:

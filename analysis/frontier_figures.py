@@ -67,22 +67,27 @@ def _ci(d: dict) -> str:
 def _frontier_tables(front: frontier.Frontier) -> list[Block]:
     if not front.entries:
         return []
-    exps = [[*map(str, e.key), _ci(e.exponent), str(e.exponent["n_budgets"]), e.approach3["status"],
+    exps = [[*map(str, e.key), _ci(e.exponent), _ci(e.l_opt_exponent), str(e.exponent["n_budgets"]),
+             e.exponent.get("interval", ""), e.approach3["status"],
              _ci(e.approach3.get("n_opt_exponent", {})), str(e.approach3.get("df", "")),
              *[_ci(e.approach3.get("params", {}).get(n, {})) for n in ("E", "alpha", "beta")]] for e in front.entries]
     profiles = [[*map(str, e.key), f"{p.budget_flops:.3g}", p.status, str(p.n_sizes), str(p.df),
                  _ci(p.to_json()["n_opt"]), _ci(p.to_json()["l_opt"])] for e in front.entries for p in e.profiles]
-    ks = [[*map(str, e.key), f"{k['reference']} {k['reference_metric']}", num(k["loss"]),
+    ks = [[*map(str, e.key), f"{k['reference']} {k['reference_metric']}", k["flops"], num(k["loss"]),
            interval(k["k"], *k["ci95"]), "yes" if k["extrapolated"] else "no"]
           for e in front.entries for k in e.multipliers]
     key = ["family", "variant", "dataset", "split", "metric"]
     out = [sections.h("N_opt ∝ C^a: Approach 2 (isoFLOP parabolas) and Approach 3 (L = E + A·N^-α + B·D^-β)", 3),
-           sections.table(key + ["a (approach 2)", "budgets", "approach 3", "a = β/(α+β)", "df", "E", "α", "β"], exps),
+           sections.table(key + ["a (approach 2)", "L_opt ∝ C^b", "budgets", "interval", "approach 3",
+                                 "a = β/(α+β)", "df", "E", "α", "β"], exps),
            sections.h("isoFLOP minima per budget", 3),
            sections.table(key + ["C (FLOPs)", "status", "sizes", "df", "N_opt", "L_opt"], profiles)]
     if ks:
         out += [sections.h("Training-compute multiplier k at matched loss (the family's FLOPs over AR's)", 3),
-                sections.table(key + ["against", "loss", "k", "extrapolated"], ks)]
+                sections.p("FLOPs: charged = each family's own training count (AO-GPT's adaLN modulation per "
+                           "token); core = 6·N·D of the shared core. Extrapolated rows lie outside one "
+                           "frontier's measured L_opt and are never summarised."),
+                sections.table(key + ["against", "FLOPs", "loss", "k", "extrapolated"], ks)]
     return out
 
 
@@ -137,16 +142,18 @@ def l_opt_png(entries: list[frontier.Entry]) -> bytes:
 
 
 def k_png(entries: list[frontier.Entry]) -> bytes:
-    """k against loss per any-order family, with 95 % interval bars; extrapolated points open."""
+    """k on charged FLOPs against loss per any-order family, with 95 % interval bars; extrapolated
+    points open (the core count is in the table)."""
     fig, ax = plt.subplots(figsize=(5.5, 4))
     for e in entries:
-        for k in e.multipliers:
+        charged = [k for k in e.multipliers if k["flops"] == "charged"]
+        for k in charged:
             lo, hi = (v if v is not None else k["k"] for v in k["ci95"])
             ax.errorbar([k["loss"]], [k["k"]], yerr=[[k["k"] - lo], [hi - k["k"]]], fmt="o", capsize=3,
                         mfc="none" if k["extrapolated"] else None, color=f"C{entries.index(e)}")
-        if e.multipliers:
-            ax.plot([k["loss"] for k in e.multipliers], [k["k"] for k in e.multipliers], "-", lw=1,
-                    color=f"C{entries.index(e)}", label=f"{e.key[0]}/{e.key[1]}")
+        if charged:
+            ax.plot([k["loss"] for k in charged], [k["k"] for k in charged], "-", lw=1,
+                    color=f"C{entries.index(e)}", label=f"{e.key[0]}/{e.key[1]} (charged FLOPs)")
     ax.axhline(1.0, color="grey", lw=0.8, ls=":")
     ax.set(yscale="log", xlabel="matched loss (nats per token)", ylabel="k = C_family / C_AR")
     _legend(ax)

@@ -18,7 +18,9 @@ Lack of fit: F = MS_between / MS_pure on (k - p, N - k) df, reported with its p 
 Intervals. A t-calibrated parametric bootstrap: resample b draws s_b^2 = s^2 df / chi2_df and
 size means f(x_i; theta_hat) + s_b z_i / sqrt(n_i), then is solved exactly like the point fit
 (grid + polish). Percentile intervals; for the pure power law (linear in log-log) this is
-exactly the t(df) interval. Resamples that end at a bound are counted and reported.
+exactly the t(df) interval. Resamples that end at a bound are counted and reported; more than 5 %
+of them at a bound makes an `ok` fit `unstable` (not drawn, not used for k), and a lack of fit at
+p < 0.05 is named in its reason (`analysis.fitstatus`, the rule every fit shares).
 
 Model-form rule (`FORM_RULE`). The full form needs >= 1 residual df (k >= 4 sizes); with 0 df it
 is `saturated`. E is identified when the extra-sum-of-squares F test rejects E = 0 (the pure power
@@ -54,7 +56,7 @@ import numpy as np
 import statsmodels.api as sm
 from scipy import stats as sps
 
-from analysis import powerlaw
+from analysis import fitstatus, powerlaw
 from analysis.stats import percentile_ci
 
 FORM_RULE = ("E + A*x^-alpha needs >= 1 residual df (>= 4 sizes); E is identified when the F test of E = 0 "
@@ -123,7 +125,7 @@ class PowerFit:
     """A fitted curve in original units: point (E, A, alpha), 95 % intervals, resamples [B, 3]."""
 
     form: str
-    status: str  # ok | reduced | saturated | at_bound
+    status: str  # ok | reduced | saturated | at_bound | unstable (analysis.fitstatus)
     point: np.ndarray
     lo: np.ndarray
     hi: np.ndarray
@@ -237,6 +239,8 @@ def _full(d: Design, theta: np.ndarray, sc: Scale, e_test, resamples: int, seed:
     status = "at_bound" if notes else "ok"
     if status == "ok" and lo[0] <= math.exp(E_EDGE):
         notes.append("E's 95 % interval reaches its bound (E > 0 against seed noise, not against the between-size scatter)")
+    status, rules = fitstatus.judge(status, resamples=resamples, at_bound=at_bound, lof_p=sc.lof_p)
+    notes += rules
     return PowerFit(FULL, status, point, lo, hi, boot, d.x.size - 3, d.df_pure, sc, e_test, at_bound,
                     "; ".join(notes))
 
@@ -261,4 +265,6 @@ def _pure(d: Design, resamples: int, seed: int, key: str, e_test, why: str) -> P
         status = "at_bound"
         notes.append(f"exponent {ab[1]:.3g} [{lo_al:.3g}, {hi_al:.3g}] not distinguishable from 0: no power law "
                      "in the data (a flat curve)")
+    status, rules = fitstatus.judge(status, lof_p=sc.lof_p)
+    notes += rules
     return PowerFit(PURE, status, point, lo, hi, boot, df, d.df_pure, sc, e_test, 0, "; ".join(notes))

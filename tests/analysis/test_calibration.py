@@ -14,6 +14,7 @@ from tests.analysis import synth
 X4 = np.geomspace(5.66e4, 3.357e5, 4)  # 0.77 decades, as in the laptop study
 TRUTH = np.array([1.4, 285.0, 0.5])  # (E, A, alpha)
 SEED_NOISE, SIZE_NOISE = 0.001, 0.001  # log-scale sd per seed and per size
+FULL_FORM = ("ok", "unstable")  # the full-form statuses a report draws (analysis.fitstatus)
 
 
 def _planted(rng, xs, seeds=3, truth=TRUTH, sigma=SEED_NOISE, tau=SIZE_NOISE):
@@ -28,7 +29,7 @@ def _coverage(xs, replicas: int, resamples: int, sigma=SEED_NOISE, tau=SIZE_NOIS
         fit = scalefit.fit_power_law(xs, _planted(rng, xs, sigma=sigma, tau=tau), resamples=resamples, seed=r,
                                      key="cov")
         statuses[fit.status] = statuses.get(fit.status, 0) + 1
-        if fit.status == "ok":
+        if fit.status in FULL_FORM:  # unstable fits are drawn too: dropping them would keep the narrow intervals
             n_ok += 1
             hits += (fit.lo <= TRUTH) & (TRUTH <= fit.hi)
     return hits / max(n_ok, 1), n_ok, statuses
@@ -57,7 +58,7 @@ def test_an_e_unidentified_design_takes_the_reduced_form():
     rng = np.random.default_rng(3)
     statuses = [scalefit.fit_power_law(X4, _planted(rng, X4, sigma=0.02, tau=0.005), resamples=20, seed=r).status
                 for r in range(30)]
-    assert statuses.count("reduced") >= 15 and set(statuses) <= {"ok", "reduced", "at_bound"}, statuses
+    assert statuses.count("reduced") >= 15 and set(statuses) <= {"ok", "reduced", "at_bound", "unstable"}, statuses
     fits = [scalefit.fit_power_law(X4, _planted(rng, X4, sigma=0.02, tau=0.005), resamples=20, seed=r) for r in range(5)]
     reduced = [f for f in fits if f.status == "reduced"]
     assert reduced, [f.status for f in fits]

@@ -64,7 +64,7 @@ def test_the_compute_multiplier_is_recovered_inside_the_measured_range(planted):
     _, front = planted
     (other,) = [e for e in front.entries if e.key[0] == "aogpt"]
     ks = other.multipliers
-    assert len(ks) == frontier.N_LOSS_LEVELS and not any(k["extrapolated"] for k in ks)
+    assert len(ks) == frontier.N_LOSS_LEVELS * len(frontier.FLOP_COUNTS) and not any(k["extrapolated"] for k in ks)
     assert all(_inside(fs.MULTIPLIER, k["ci95"]) for k in ks), ks
 
 
@@ -74,7 +74,7 @@ def test_frontiers_that_do_not_overlap_give_an_extrapolated_k():
     far = far.filter(~((far["family"] == "ar") & (far["budget_flops"] > 3e12)))
     front = frontier.analyse(selection.select(far).reported, resamples=0)
     (other,) = [e for e in front.entries if e.key[0] == "aogpt"]
-    assert [k["extrapolated"] for k in other.multipliers] == [True]
+    assert [k["extrapolated"] for k in other.multipliers] == [True] * len(frontier.FLOP_COUNTS)
 
 
 def test_a_property_of_the_data_is_not_selected_on_and_follows_the_l2r_choice():
@@ -150,5 +150,5 @@ def test_an_any_order_frontier_is_matched_against_ars_exact_likelihood():
                                  .otherwise(pl.col("metric")))
     front = frontier.analyse(selection.select(anyorder).reported, resamples=0)
     (other,) = [e for e in front.entries if e.key[0] == "aogpt"]
-    assert other.key[4] == "nll_anyorder" and len(other.multipliers) == frontier.N_LOSS_LEVELS
+    assert other.key[4] == "nll_anyorder" and len(other.multipliers) == frontier.N_LOSS_LEVELS * len(frontier.FLOP_COUNTS)
     assert all(k["reference_metric"] == "nll_l2r" and _inside(fs.MULTIPLIER, k["ci95"]) for k in other.multipliers)
