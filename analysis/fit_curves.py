@@ -16,6 +16,7 @@ from pathlib import Path
 import polars as pl
 
 from cli import Parser, int_arg, parse, run_main
+from cli import outputs
 from cli.paths import user_path
 
 from analysis import (DEFAULT_BOOTSTRAP, MIN_BOOTSTRAP, ablations, atomic, distinct, evalnoise, fairness, figures, generation,
@@ -347,8 +348,13 @@ def tables(a: Analysis) -> dict[str, pl.DataFrame]:
 
 def write_report(a: Analysis, out_dir: Path) -> Path:
     """Write every output of the report into out_dir as a whole: built in a temporary folder and
-    swapped in (analysis.atomic), so a kill or a full disk leaves the previous report intact."""
-    return atomic.build_dir(out_dir, lambda tmp: _write_files(a, tmp), owned=REPORT_ENTRIES)
+    swapped in (analysis.atomic), so a kill or a full disk leaves the previous report intact. The
+    folder is marked as a report of `a.inputs.sources` (cli.outputs)."""
+    def write(tmp: Path) -> None:
+        _write_files(a, tmp)
+        io.write_text(tmp / outputs.MARKER, outputs.marker_text("report", a.inputs.sources, out_dir))
+
+    return atomic.build_dir(out_dir, write, owned=(*REPORT_ENTRIES, outputs.MARKER))
 
 
 REPORT_ENTRIES = ("fits.json", "tables", "figures", "report.md", "report.html", "study.json")  # the rest is kept
@@ -378,8 +384,9 @@ def default_out(paths: list[Path]) -> Path:
 
 
 def run(paths: list[str | Path], out_dir: str | Path | None = None, *, bootstrap: int = DEFAULT_BOOTSTRAP,
-        x: str = "n_params", seed: int = 0) -> Path:
-    """Load, analyse and write the report; returns the report dir. Raises RecordsError on bad input."""
+        x: str = "n_params", seed: int = 0, force: bool = False) -> Path:
+    """Load, analyse and write the report; returns the report dir. Raises RecordsError on bad input,
+    an `out_dir` aoscale does not own as this report included (`force`: replace another source's)."""
     if x not in X_AXES:
         raise RecordsError(f"--x: unknown axis '{x}'; use one of {', '.join(X_AXES)}")
     if bootstrap < MIN_BOOTSTRAP:
@@ -388,16 +395,19 @@ def run(paths: list[str | Path], out_dir: str | Path | None = None, *, bootstrap
         workers_from_env()
     except ValueError as error:
         raise RecordsError(str(error)) from None
-    inputs = load(list(paths))
     out = Path(out_dir) if out_dir is not None else default_out([Path(p) for p in paths])
+    check_out(out, paths, force=force)
+    inputs = load(list(paths))
     return write_report(analyse(inputs, bootstrap=bootstrap, x=x, seed=seed), out)
 
 
-def check_out(out: Path) -> None:
-    """Refuse (RecordsError) a report directory that is a file or cannot be written."""
+def check_out(out: Path, sources: list[str | Path], *, force: bool = False) -> None:
+    """Refuse (RecordsError) a report directory that is a file, cannot be written, or is not
+    aoscale's report of `sources` (a study, a run, another source's report without `force`:
+    cli.outputs)."""
+    outputs.check_output("--out", out, "report", sources, force=force, legacy=REPORT_ENTRIES,
+                         default=default_out([Path(p) for p in sources]))
     existing = next((p for p in (out, *out.parents) if p.exists()), None)
-    if out.exists() and not out.is_dir():
-        raise RecordsError(f"--out: {out} is a file; pass a folder for the report")
     if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
         raise RecordsError(f"--out: {existing} is not writable; pass a folder you can write to")
 
@@ -407,7 +417,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python -m analysis.fit_curves", description=__doc__.splitlines()[2],
                     error_prefix="fit_curves")
     parser.add_argument("paths", nargs="+", help="study directory and/or records files (.parquet, .ndjson)")
-    parser.add_argument("--out", default=None, help="report directory (default <study>/report)")
+    parser.add_argument("--out", default=None, help="report directory (default <study>/report): a new folder "
+                        "or a report aoscale wrote from the same paths")
+    parser.add_argument("--force", action="store_true", help="replace a report aoscale wrote from other paths")
     parser.add_argument("--bootstrap", type=int_arg, default=DEFAULT_BOOTSTRAP,
                         help=f"bootstrap resamples (default {DEFAULT_BOOTSTRAP})")
     parser.add_argument("--x", default="n_params", choices=X_AXES, help="x axis of the fits")
@@ -422,9 +434,8 @@ def main(argv: list[str] | None = None) -> int:
         for path in args.paths:
             user_path("paths", path)
         out = user_path("--out", args.out) if args.out is not None else default_out([Path(p) for p in args.paths])
-        check_out(out)
         try:
-            written = run(args.paths, out, bootstrap=args.bootstrap, x=args.x, seed=args.seed)
+            written = run(args.paths, out, bootstrap=args.bootstrap, x=args.x, seed=args.seed, force=args.force)
         except OSError as error:  # a full disk, a size limit: one line, the previous report kept
             print(f"fit_curves: {atomic.failure_line(error, out)}", file=sys.stderr)
             return 1

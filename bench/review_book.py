@@ -27,6 +27,10 @@ import polars as pl
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the sections read models.ladder, with or without an installed aoscale
+from cli import InputError, one_line, outputs  # noqa: E402 - after the path above
+from cli.paths import refuse_special, user_path  # noqa: E402
+
+DEFAULT_OUT = Path("docs/results/review")
 CONDITIONS = ("m", "steps", "tokens_per_step", "temperature", "top_p")  # the report's (analysis.cells)
 RUN_FILE = "book_run.json"  # beside the study: its launch's command, wall time, exit and load averages
 COMMON_CAVEATS = (
@@ -290,7 +294,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--presets", default=",".join(SECTIONS), help="comma-separated CPU review presets")
     p.add_argument("--studies-root", default="studies/review", help="where the studies are trained")
-    p.add_argument("--out", default="docs/results/review", help="where the book's sections are written")
+    p.add_argument("--out", default=str(DEFAULT_OUT), help="where the book's sections are written: a new folder "
+                   "or a book written from the same --studies-root")
+    p.add_argument("--force", action="store_true", help="write into a book written from another --studies-root")
     p.add_argument("--max-steps", help="smoke runs only: cap every run's steps (changes run ids)")
     p.add_argument("--seeds", help="override the presets' seeds (smoke runs)")
     p.add_argument("--sizes", help="override the presets' sizes (smoke runs)")
@@ -304,6 +310,44 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+RUN_FIELDS = {"command": (str,), "wall_s": (int, float), "rc": (int,), "load_before": (list,), "load_after": (list,)}
+
+
+def read_run(path: Path) -> dict:
+    """A study's book_run.json, checked (InputError naming the file and the key otherwise)."""
+    refuse_special("--sections-only", path)
+    if not path.is_file():
+        raise InputError(f"--sections-only: {path} not found; run that study first (without --sections-only) or "
+                         "pass --studies-root where it was trained")
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise InputError(f"{path}: not readable JSON ({one_line(str(error))}); run that study again") from None
+    if not isinstance(doc, dict):
+        raise InputError(f"{path}: holds a {type(doc).__name__}, expected an object with {', '.join(RUN_FIELDS)}")
+    for key, types in RUN_FIELDS.items():
+        value = doc.get(key)
+        if not isinstance(value, types) or isinstance(value, bool):
+            raise InputError(f"{path}: {key} = {value!r}, expected {' or '.join(t.__name__ for t in types)}")
+    for key in ("load_before", "load_after"):
+        if not doc[key] or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in doc[key]):
+            raise InputError(f"{path}: {key} = {doc[key]!r}, expected a list of load averages (numbers)")
+    return doc
+
+
+def read_runs(studies_root: Path, presets: list[str]) -> dict[str, dict]:
+    """Every preset's book_run.json under `studies_root`, each checked by read_run."""
+    return {preset: read_run(studies_root / preset / RUN_FILE) for preset in presets}
+
+
+def check_book_out(out: Path, studies_root: Path, force: bool) -> None:
+    """Refuse an --out the book does not own (cli.outputs): a study, a run, a report, another
+    studies root's book (unless --force), a folder of other files, a special file."""
+    user_path("--out", out)
+    legacy = ("README.md", *(f"{preset}.md" for preset in SECTIONS))
+    outputs.check_output("--out", out, "book", [studies_root], force=force, legacy=legacy, default=DEFAULT_OUT)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run each preset's study and write its section; 1 when any study failed, 2 on bad input."""
     args = parse(argv)
@@ -312,18 +356,18 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, flag):
             extra += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
     out, failed = Path(args.out), 0
-    if args.sections_only:  # bad input: refused before anything is written
-        absent = [Path(args.studies_root) / p / RUN_FILE for p in args.presets.split(",")
-                  if not (Path(args.studies_root) / p / RUN_FILE).is_file()]
-        if absent:
-            print(f"--sections-only: {absent[0]} not found; run that study first (without --sections-only) or "
-                  "pass --studies-root where it was trained", file=sys.stderr)
-            return 2
+    try:  # bad input: refused before anything is written
+        runs = read_runs(Path(args.studies_root), args.presets.split(",")) if args.sections_only else {}
+        check_book_out(out, Path(args.studies_root), args.force)
+    except InputError as error:
+        print(one_line(str(error)), file=sys.stderr)
+        return 2
     out.mkdir(parents=True, exist_ok=True)
+    (out / outputs.MARKER).write_text(outputs.marker_text("book", [args.studies_root], out))
     for preset in args.presets.split(","):
         study_dir = Path(args.studies_root) / preset
         if args.sections_only:
-            run = json.loads((study_dir / RUN_FILE).read_text())
+            run = runs[preset]
         else:
             run = run_study(preset, study_dir, extra)
             if study_dir.is_dir():

@@ -2,7 +2,9 @@
 written, each failure one `cli.InputError` line naming the flag and the path.
 
 `user_path` refuses an empty path, a path or component too long for the file system, a symlink
-loop, a dangling symlink, and any other OS error met while resolving it. `not_nested` refuses a
+loop, a dangling symlink, a device, a FIFO or a socket (`refuse_special`, the one check for
+special files wherever a file or folder is expected), and any other OS error met while resolving
+it. `not_nested` refuses a
 folder inside another study or run (a folder holding one of the marker files), so one study
 never writes into another's files.
 """
@@ -10,12 +12,35 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from pathlib import Path
 
 from cli import InputError
 
 NAME_MAX = 255  # bytes in one path component (ext4, xfs, btrfs, APFS)
 PATH_MAX = 4096  # bytes in a whole path (Linux)
+
+
+SPECIAL = ((stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"), (stat.S_ISFIFO, "FIFO"),
+           (stat.S_ISSOCK, "socket"))
+
+
+def special_kind(path: str | os.PathLike) -> str | None:
+    """What `path` is if it is a device, a FIFO or a socket (links followed), else None: such a
+    file blocks or never ends when read, so it is refused before it is opened."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    return next((name for test, name in SPECIAL if test(mode)), None)
+
+
+def refuse_special(field: str, path: str | os.PathLike) -> None:
+    """InputError where `path` is a device, a FIFO or a socket: a file or folder was expected."""
+    kind = special_kind(path)
+    if kind is not None:
+        raise InputError(f"{field}: {os.fspath(path)} is a {kind}, not a regular file or folder; "
+                         "pass a regular file or folder")
 
 
 def _shown(text: str) -> str:
@@ -36,6 +61,7 @@ def user_path(field: str, text: str | os.PathLike) -> Path:
     path = Path(raw).expanduser()
     try:
         path.resolve(strict=False)
+        refuse_special(field, path)
         if path.is_symlink() and not path.exists():
             raise InputError(f"{field}: {raw} is a symbolic link to {os.readlink(path)}, which does not exist; "
                              "fix or remove the link")

@@ -25,9 +25,12 @@ from scaling import launch, ledger, status
 from scaling.study import build_study
 from tests.test_bad_inputs import assert_refused, snapshot, write_records
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import review_book  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 MAINS = {"train": train.main, "evaluate": evaluate.main, "generate": generate.main,
-         "launch": launch.main, "status": status.main, "fit_curves": fit_curves.main}
+         "launch": launch.main, "status": status.main, "fit_curves": fit_curves.main, "book": review_book.main}
 TRAIN = ["--family", "ar", "--size", "0.1M", "--steps", "2", "--seq-len", "32", "--batch-size", "2"]
 LAUNCH = ["--families", "ar", "--sizes", "0.1M", "--seeds", "1", "--max-steps", "2", "--seq-len", "32",
           "--no-progress", "--no-report"]
@@ -90,6 +93,28 @@ def _studies(root: Path) -> None:
         (root / name / "study.json").write_text(text)
 
 
+BOOK_RUN = {"command": "python -m scaling.launch", "wall_s": 1.0, "rc": 0, "load_before": [1.0, 1.0, 1.0],
+            "load_after": [1.0, 1.0, 1.0]}
+BOOK_RUNS = {"trunc": '{"command": "x", "wall_s": 1', "list": "[1, 2]", "wall_str": json.dumps({**BOOK_RUN, "wall_s": "1"}),
+             "rc_bool": json.dumps({**BOOK_RUN, "rc": True}), "no_cmd": json.dumps({"wall_s": 1.0}),
+             "load_str": json.dumps({**BOOK_RUN, "load_after": ["high"]}), "good": json.dumps(BOOK_RUN)}
+
+
+def _outputs(root: Path) -> None:
+    """Marked reports (one inside a study), another records file, books' studies roots."""
+    write_records(root / "records" / "other.parquet", seed=1)
+    ledger.prepare(root / "st2", build_study({"families": "ar", "sizes": "0.1M", "seeds": 1, "max_steps": 2,
+                                              "seq_len": 32}))
+    for out in ("rep", "st2/report"):
+        fit_curves.run(["records/good.parquet"], out, bootstrap=10)
+    (root / "st2" / "report" / "notes.txt").write_text("kept beside the report\n")
+    (root / "book").mkdir()
+    (root / "book" / "dec-enc-cpu.md").write_text("# a book without its marker\n")
+    for name, text in BOOK_RUNS.items():
+        (root / "sr" / name / "dec-enc-cpu").mkdir(parents=True)
+        (root / "sr" / name / "dec-enc-cpu" / review_book.RUN_FILE).write_text(text)
+
+
 @pytest.fixture(scope="module")
 def ws(tmp_path_factory):
     """A trained run, a study, corpora, study files, symlinks; the caches are private folders."""
@@ -113,6 +138,7 @@ def ws(tmp_path_factory):
         (root / "dangling").symlink_to("nowhere")
         (root / "records").mkdir()
         write_records(root / "records" / "good.parquet")
+        _outputs(root)
         yield root, cache, hf
 
 
@@ -200,8 +226,37 @@ DATA = [C("train", ["--run-dir", "new_run", *TRAIN, "--corpus", f"corpora/{name}
     L(["--corpus", "corpora/big.jsonl"], "big.jsonl line 58001"),
     T(["--corpus", "corpora/big.jsonl"], "big.jsonl line 58001"),
 ]
+def B(root: str, out: str, field: str, *extra: str):
+    return C("book", ["--sections-only", "--presets", "dec-enc-cpu", "--studies-root", f"sr/{root}", "--out", out,
+                      *extra], field)
+
+
+def O(paths: list[str], out: str, field: str, *extra: str):  # noqa: E743 - O for output
+    return C("fit_curves", [*paths, "--bootstrap", "10", "--out", out, *extra], field)
+
+
+OUTPUTS = [  # an --out never replaces a study, a run, or what another source wrote
+    O(["study"], "study", "study is a study folder"), O(["study"], "study/runs", "study/runs is a runs folder"),
+    O(["study"], "study", "study folder", "--force"), O(["records/good.parquet"], "st2", "st2 is a study"),
+    O(["records/good.parquet"], "study/runs/new", "inside the runs folder"),
+    O(["records/good.parquet"], "ar", "ar is a run folder"), O(["records/good.parquet"], "ar/report", "inside the run"),
+    O(["records/other.parquet"], "st2/report", "st2/report is the report of"),
+    O(["records/other.parquet"], "rep", "--force to replace it"), O(["study"], "rep", "rep is the report of"),
+    O(["records/good.parquet"], "records", "records holds files aoscale did not write"),
+    O(["records/good.parquet"], "corpora", "no .aoscale-output.json"),
+    O(["records/good.parquet"], "book", "pass a new folder"),
+    C("fit_curves", ["st2", "--bootstrap", "10"], "st2/report is the report of"),
+    B("good", "study", "study is a study folder"), B("good", "rep", "rep is a report aoscale wrote, not a book"),
+    B("good", "ar", "ar is a run folder"), B("good", "records", "records holds files"),
+    B("good", "st2/runs/x", "inside the runs folder"),
+    B("trunc", "new_book", "book_run.json: not readable JSON"), B("list", "new_book", "holds a list"),
+    B("wall_str", "new_book", "wall_s = '1'"), B("rc_bool", "new_book", "rc = True"),
+    B("no_cmd", "new_book", "command = None"), B("load_str", "new_book", "load_after = ['high']"),
+    B("missing", "new_book", "not found"),
+]
 CLASSES = {"fields": FIELDS, "unknown keys": UNKNOWN, "duplicates": DUPLICATES, "before training": BEFORE_TRAINING,
-           "plan size": PLAN_SIZE, "names and paths": NAMES_AND_PATHS, "data": DATA}
+           "plan size": PLAN_SIZE, "names and paths": NAMES_AND_PATHS, "data": DATA,
+           "outputs": OUTPUTS}
 CASES = [case for cases in CLASSES.values() for case in cases]
 
 
@@ -247,3 +302,25 @@ def test_real_processes_exit_2_without_a_traceback(tmp_path):
         assert proc.returncode == 2 and "Traceback" not in err, (module, argv[-3:], err)
         assert len(err.strip().splitlines()) == 1, err
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_an_output_replaces_only_a_report_of_its_own_sources(tmp_path, monkeypatch, capsys):
+    """A report is marked with its sources: rebuilt in place from them, replaced from others only
+    with --force (keeping what a user put beside it), and an unmarked report of the report's own
+    files is the study's own at `<study>/report`."""
+    monkeypatch.chdir(tmp_path)
+    write_records(tmp_path / "a.parquet")
+    write_records(tmp_path / "b.parquet", seed=1)
+    fit = ["--bootstrap", "10", "--out", "rep"]
+    assert fit_curves.main(["a.parquet", *fit]) == 0 and fit_curves.main(["a.parquet", *fit]) == 0
+    (tmp_path / "rep" / "mine.txt").write_text("kept\n")
+    assert fit_curves.main(["b.parquet", *fit]) == 2
+    assert fit_curves.main(["b.parquet", *fit, "--force"]) == 0
+    marker = json.loads((tmp_path / "rep" / ".aoscale-output.json").read_text())
+    assert marker["kind"] == "report" and marker["sources"] == ["../b.parquet"]
+    assert (tmp_path / "rep" / "mine.txt").read_text() == "kept\n"
+    legacy = tmp_path / "report"  # the default out of a.parquet, unmarked: a report from before the marker
+    legacy.mkdir()
+    (legacy / "report.md").write_text("old\n")
+    assert fit_curves.main(["a.parquet", "--bootstrap", "10"]) == 0 and (legacy / ".aoscale-output.json").is_file()
+    capsys.readouterr()
