@@ -16,9 +16,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from jobs.run import files as runfiles
+from cli.paths import special_kind
 from jobs.eval.state import records_gap
 from jobs.executors import lock_held
+from jobs.run import files as runfiles
 from jobs.run.spec import RunSpec
 
 from .study import STUDY_FORMAT, StudyError, StudySpec
@@ -39,6 +40,9 @@ def read_study(study_dir: str | Path) -> dict[str, Any] | None:
     path = Path(study_dir) / STUDY_FILE
     if not path.exists():
         return None
+    if special_kind(path):  # a FIFO would block the read
+        raise StudyError(f"study-dir: {path} is a {special_kind(path)}, not a regular file; move the folder away or "
+                         "pick another --study-dir")
     try:
         doc = json.loads(path.read_text())
     except OSError as error:

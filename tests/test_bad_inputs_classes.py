@@ -108,6 +108,9 @@ def _outputs(root: Path) -> None:
     for out in ("rep", "st2/report"):
         fit_curves.run(["records/good.parquet"], out, bootstrap=10)
     (root / "st2" / "report" / "notes.txt").write_text("kept beside the report\n")
+    (root / "st_fifo").mkdir()
+    os.mkfifo(root / "st_fifo" / "study.json")
+    os.mkfifo(root / "fifo")
     (root / "book").mkdir()
     (root / "book" / "dec-enc-cpu.md").write_text("# a book without its marker\n")
     for name, text in BOOK_RUNS.items():
@@ -254,9 +257,16 @@ OUTPUTS = [  # an --out never replaces a study, a run, or what another source wr
     B("no_cmd", "new_book", "command = None"), B("load_str", "new_book", "load_after = ['high']"),
     B("missing", "new_book", "not found"),
 ]
+SPECIAL = [  # devices, FIFOs and sockets refused before they are opened
+    C("status", ["st_fifo"], "st_fifo/study.json is a FIFO"), D("st_fifo", "is a FIFO"),
+    L(["--deepspeed-config", "/dev/zero"], "/dev/zero is a character device"),
+    L(["--deepspeed-config", "fifo"], "fifo is a FIFO"),
+    O(["records/good.parquet"], "fifo", "fifo is a FIFO"), C("fit_curves", ["fifo"], "fifo is a FIFO"),
+    T([], "fifo is a FIFO", run_dir="fifo"),
+]
 CLASSES = {"fields": FIELDS, "unknown keys": UNKNOWN, "duplicates": DUPLICATES, "before training": BEFORE_TRAINING,
            "plan size": PLAN_SIZE, "names and paths": NAMES_AND_PATHS, "data": DATA,
-           "outputs": OUTPUTS}
+           "outputs": OUTPUTS, "special files": SPECIAL}
 CASES = [case for cases in CLASSES.values() for case in cases]
 
 

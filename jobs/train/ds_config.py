@@ -14,6 +14,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from cli.paths import special_kind
+
 FIELD = "deepspeed_config"
 # key (dotted for nested ones) -> what sets it instead; these change what a run computes.
 REFUSED: dict[str, str] = {
@@ -50,6 +52,9 @@ def read_overlay(value: str | Path | dict[str, Any]) -> dict[str, Any]:
         overlay = json.loads(value)
     else:
         path = Path(value).expanduser()
+        if special_kind(path):  # a device or FIFO would block or never end when read
+            raise ValueError(f"{FIELD}: {path} is a {special_kind(path)}, not a regular file; pass a DeepSpeed "
+                             "config file (.json or .toml)")
         try:
             text = path.read_text()
         except OSError:
