@@ -9,6 +9,8 @@
   EMA (rate > 0), raw weights otherwise, so the EMA arms' effect shows in every table and in the
   factorial. The report names the weights of each arm. The EMA effect (EMA - raw, paired by seed
   within runs) is its own table either way.
+- Numerics paths are named: runs trained on different numerics paths (the `numerics` column,
+  jobs/run/numerics.py) differ beyond float rounding, so a study that mixes them is warned.
 - Under-training is flagged: a run whose nll_l2r (or nll_anyorder) on a dataset is not at least
   PLATEAU_MARGIN_NATS below that dataset's `nll_unigram` baseline is on the plateau there. Fits,
   gaps and trends built on such a run get status `plateau` with the reason, and are not
@@ -175,3 +177,27 @@ def flag_ensemble(study, flags: dict[tuple, str]):
 def flagged_reason(flags: dict[tuple, str], point) -> str:
     """Why a per-size comparison point (family, variant, size, dataset, split) is on the plateau."""
     return flags.get((point.family, point.variant, point.size, point.dataset, point.split), "")
+
+
+NUMERICS_COLUMN = "numerics"  # each run's training numerics path id(s), "+"-joined when a resume changed it
+
+
+def numerics_warnings(final: pl.DataFrame) -> list[str]:
+    """A warning when the compared runs trained on more than one numerics path (or one of them
+    changed path on a resume); runs without the column (trained before it existed) are counted
+    apart, and alone they give no warning."""
+    if NUMERICS_COLUMN not in final.columns or final.is_empty():
+        return []
+    per_run = final.select("run_id", NUMERICS_COLUMN).unique()
+    paths = per_run[NUMERICS_COLUMN].drop_nulls()
+    ids = sorted({part for value in paths for part in value.split("+")})
+    mixed = sorted(per_run.filter(pl.col(NUMERICS_COLUMN).str.contains("+", literal=True))["run_id"])
+    if len(ids) <= 1:
+        return []
+    counts = ", ".join(f"{key} ({int((paths.str.contains(key, literal=True)).sum())} runs)" for key in ids)
+    unknown = per_run[NUMERICS_COLUMN].null_count()
+    return [f"The runs trained on {len(ids)} numerics paths: {counts}"
+            + (f"; {len(mixed)} changed path on a resume ({', '.join(mixed)})" if mixed else "")
+            + (f"; {unknown} record none" if unknown else "")
+            + ". One spec trained on two paths gives two models (docs/DESIGN.md, Numerics paths): "
+              "differences between these runs include that, not only their settings."]

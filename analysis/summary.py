@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from analysis.fairness import BASELINE_METRIC, PLATEAU_MARGIN_NATS
+from analysis.fairness import BASELINE_METRIC, PLATEAU_MARGIN_NATS, numerics_warnings
 from analysis.gap import REFERENCE_FAMILY, REFERENCE_METRIC
 from analysis.multiplier import headline
 from analysis.report import Block, num
@@ -218,7 +218,7 @@ def build_summary(a) -> Summary:
     elif not n_checked:
         warnings.append(f"No {BASELINE_METRIC} records: whether runs left the unigram plateau is unchecked.")
     warnings += (fit_warnings(list(a.fits) + [f for e in a.ensembles for f in e.fits]) + seed_warnings(a.cells)
-                 + set_warnings(final, (dataset, split)))
+                 + set_warnings(final, (dataset, split)) + numerics_warnings(final))
     if a.inputs.missing_runs:
         warnings.append(f"{len(a.inputs.missing_runs)} run(s) have no eval.parquet: {_listing(list(a.inputs.missing_runs))}.")
     warnings += [f"{n}." for n in a.notes if not n.startswith(("run without eval.parquet", "no nll_unigram records"))]

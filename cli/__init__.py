@@ -15,16 +15,14 @@ import math
 import sys
 from collections.abc import Callable
 
+from .environment import check_environment
+from .errors import Busy, InputError
+
+__all__ = ["Busy", "InputError", "Parser", "check_environment", "float_arg", "int_arg", "one_line", "parse",
+           "run_main"]
+
 EXIT_BAD_INPUT = 2  # argparse's own status for a usage error
 EXIT_BUSY = 75  # EX_TEMPFAIL (sysexits.h): the resource is in use; try again later
-
-
-class InputError(ValueError):
-    """Bad input found before anything was written; the message names the field and the fix."""
-
-
-class Busy(RuntimeError):
-    """What the command needs is in use by another process (exit status 75, try again later)."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -49,8 +47,9 @@ def parse(parser: argparse.ArgumentParser, argv) -> argparse.Namespace | int:
 
 def run_main(prefix: str, body: Callable[[], int]) -> int:
     """`body()`'s exit status, or one line `<prefix>: <message>` on stderr and 2 on InputError
-    (75 on Busy)."""
+    (75 on Busy). The environment's switches (`cli.environment`) are checked first."""
     try:
+        check_environment()
         return body()
     except InputError as error:
         print(f"{prefix}: {one_line(str(error))}", file=sys.stderr)

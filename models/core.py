@@ -223,6 +223,11 @@ class Transformer(nn.Module):
         self._decoder = None  # within `decoding()`: the backend's decoding step, if it has one
         self._compiled = None  # `compile_stack()`: the block stack through torch.compile
 
+    @property
+    def compiled(self) -> bool:
+        """Whether `compile_stack()` put the block stack through torch.compile."""
+        return self._compiled is not None
+
     def modulation_tables(self, cond: torch.Tensor) -> list[torch.Tensor]:
         """adaLN projections of raw conditioning rows [..., c]: per block a chunk-major [6, ..., d]
         holding (shift, 1 + scale, gate) x 2, then the final norm's [2, ..., d] (shift, 1 + scale).

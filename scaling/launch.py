@@ -11,6 +11,7 @@ with `python -m scaling.status <study>`; `--wait` waits and then writes the repo
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -23,6 +24,7 @@ from analysis import MIN_BOOTSTRAP
 from analysis.background import workers_from_env
 from analysis.carry import carried_lr
 from cli import rules
+from cli.environment import ALLOW_NUMERICS_CHANGE
 from jobs.executors import EXECUTORS, Executor, one_line
 from jobs.executors.local import visible_gpus
 from jobs.run.lock import exclusive
@@ -101,6 +103,9 @@ def parser() -> argparse.ArgumentParser:
     add("--max-retries", type=int_arg, default=1, help="retries of a failed run (default 1; ray: per trial too)")
     add("--retry-failed", action="store_true", help="give runs that used up their retries --max-retries more "
                                                     "(e.g. after freeing a full disk)")
+    add("--allow-numerics-change", action="store_true",
+        help=f"resume runs trained on another numerics path (sets {ALLOW_NUMERICS_CHANGE.name}=1 for the "
+             "workers; ray: pass it in --ray-env): their records name both paths")
     add("--wait", action="store_true", help="slurm: wait for the jobs, then write the report")
     add("--bootstrap", type=int_arg, default=DEFAULT_BOOTSTRAP,
         help=f"bootstrap resamples of the fits (default {DEFAULT_BOOTSTRAP})")
@@ -319,6 +324,8 @@ def _main(args: argparse.Namespace) -> int:
     if why:
         raise InputError(why)
     preflight.check_resources(study, memory=args.backend == "local" and not args.force)
+    if args.allow_numerics_change:  # the workers inherit it (local, slurm); jobs.run.numerics reads it
+        os.environ[ALLOW_NUMERICS_CHANGE.name] = ALLOW_NUMERICS_CHANGE.on
     print(f"study {study.name}: {len(rows)} runs in {study_dir}", flush=True)
     return launch(args, study, study_dir, options)
 

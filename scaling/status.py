@@ -36,6 +36,7 @@ from jobs.executors.slurm import queue_states
 from jobs.data.ledger import ledger_columns
 from jobs.eval.state import read_stamp
 from jobs.eval.records import EVAL_FILE, read_records
+from jobs.run import numerics
 from jobs.run.files import METRICS_FILE, read_status
 from jobs.run.spec import RunSpec
 
@@ -44,7 +45,7 @@ from . import ledger
 TAIL_BYTES = 65_536  # enough for the last few dozen metric rows
 VERIFY_MAX_BYTES = 1 << 30  # final checkpoints up to 1 GiB are checksummed every time (--verify: all)
 COLUMNS = ("run_id", "family", "variant", "size", "seed", "state", "progress", "loss", "eta", "tries", "learned",
-           "files")
+           "files", "numerics")
 QUEUE_COLUMN = "queue"
 
 
@@ -100,7 +101,35 @@ def row_for(study_dir: Path, run_id: str, info: dict[str, Any], files: str = "ok
     progress = f"{run.step}/{steps} ({100 * run.step / steps:.0f}%)" if steps else "-"
     eta = _duration(eta_s(run, spec.batch_size * spec.seq_len, metrics)) if spec else "-"
     return (run_id, info["family"], info["variant"], info["size"], str(info["seed"]), run.state,
-            progress, loss, eta, str(run.attempts), learned(directory), files)
+            progress, loss, eta, str(run.attempts), learned(directory), files, _numerics(directory))
+
+
+def _numerics(run_dir: Path) -> str:
+    """The run's training numerics path id(s) (jobs.run.numerics), `-` when none is recorded,
+    `unreadable` for a damaged numerics.json."""
+    try:
+        return numerics.training_column(run_dir) or "-"
+    except InputError:
+        return "unreadable"
+
+
+def numerics_lines(study_dir: Path, rows: list[tuple[str, ...]]) -> list[str]:
+    """One line per numerics path the study's runs trained on (id, label, runs), and a warning
+    line when there is more than one: such runs differ beyond float rounding (docs/DESIGN.md)."""
+    paths: dict[str, tuple[str, int]] = {}
+    for row in rows:
+        try:
+            found = numerics.segment_paths(ledger.run_dir(study_dir, row[0]))
+        except InputError:
+            continue
+        for path in found:
+            label, n = paths.get(path.id, (path.label, 0))
+            paths[path.id] = (label, n + 1)
+    lines = [f"numerics {key}: {label} ({n} run{'s' if n != 1 else ''})" for key, (label, n) in paths.items()]
+    if len(paths) > 1:
+        lines.append(f"warning: the runs trained on {len(paths)} numerics paths; their values differ beyond "
+                     "float rounding (docs/DESIGN.md, Numerics paths)")
+    return lines
 
 
 def learned(run_dir: Path) -> str:
@@ -241,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(render(rows))
             print(f"{len(rows)} runs: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
-            for line in study_note(Path(args.study)):
+            for line in study_note(Path(args.study)) + numerics_lines(Path(args.study), rows):
                 print(line)
         for row in rows:
             for warning in warnings.get(row[0], []):

@@ -38,6 +38,7 @@ from jobs.train import checkpoint
 from jobs.eval import windows as ew
 from jobs.run.allocator import keep_freed_memory
 from jobs.run.device import Placement, placement
+from jobs.run.numerics import record_columns
 from jobs.eval.generate import GenSettings, generation_sweep, write_samples
 from models.sampling import Sampling
 from jobs.train.preflight import check_eval_dir
@@ -361,7 +362,7 @@ def evaluate(run_dir: str | Path, suite: str = "quick", fresh: bool = False, **o
             model, spec, info = load_run(run_dir, kind)
         ctx = {**run_context(spec, model.count_params(), model.flops_per_token(), info.step, info.weights),
                "eval_seed": settings.seed, "suite": suite, "suite_hash": settings.suite.fingerprint,
-               **settings.place.columns()}
+               **settings.place.columns(), **record_columns(run_dir, model, settings.place)}
         rows += compute_rows(model, spec, datasets, ctx, settings, Path(run_dir), missing)
     rows += unigram_rows(spec, model.vocab_size, datasets, {**ctx, "weights": None})
     windows = ew.take(rows)

@@ -37,6 +37,7 @@ from cli import InputError, Parser, float_arg, int_arg, parse, run_main
 from jobs.train.checkpoint import latest_valid, load_run
 from jobs.data.corpus import get_encoding
 from jobs.run.device import placement
+from jobs.run.numerics import record_columns
 from jobs.train.preflight import check_eval_dir
 from jobs.eval.records import read_records, record, run_context, to_frame, write_records
 from jobs.run.files import atomic_write_bytes
@@ -273,7 +274,7 @@ def generate(run_dir: str | Path, gs: GenSettings = GenSettings(), weights: str 
     if length > model.seq_len:
         raise InputError(f"--length: {length} exceeds the model's context {model.seq_len}")
     ctx = {**run_context(spec, model.count_params(), model.flops_per_token(), info.step, info.weights),
-           "eval_seed": gs.seed, **placement(spec).columns()}
+           "eval_seed": gs.seed, **placement(spec).columns(), **record_columns(run_dir, model, placement(spec))}
     try:
         rows, samples = generation_rows(model, spec, ctx, run_dir, gs=gs, judge_run=judge_run)
     except ValueError as error:

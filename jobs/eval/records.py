@@ -16,6 +16,9 @@ number can be traced to how it was measured:
   eval_seed      the seed all evaluation randomness derives from
   device         where the model ran: cpu, or cuda (<GPU name>) (jobs.run.device.placement)
   precision      fp32, or bf16 (autocast, where the run trained with it)
+  numerics       the numerics path the run trained on (jobs.run.numerics: its id, or the ids of
+                 its segments joined by "+" where a resume changed path; null: not recorded)
+  eval_numerics  the numerics path this value was computed on
   coverage_tokens  tokens the value was computed over (windows x their length)
   split_tokens     tokens in the split those windows were drawn from (coverage share = ratio)
   budget_flops   the training-FLOP budget whose isoFLOP profile planned the run (null otherwise)
@@ -66,6 +69,7 @@ EXTRA_SCHEMA: dict[str, pl.DataType] = {
     "budget_flops": pl.Float64, "plan_tokens": pl.Int64, "epochs": pl.Float64, "unique_tokens": pl.Int64,
     "suite": pl.String, "run_steps": pl.Int64, "n_layer": pl.Int64,
     "temperature": pl.Float64, "top_p": pl.Float64, "repeats": pl.Int64, "suite_hash": pl.String,
+    "numerics": pl.String, "eval_numerics": pl.String,
 }
 SCHEMA = {**CONTRACT_SCHEMA, **EXTRA_SCHEMA}
 UNITS = ("nats/token", "nats/byte", "bits/byte", "ppl", "s", "fraction")

@@ -50,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="SIGTERM/SIGUSR1/SIGUSR2/SIGINT checkpoint and stop, state preempted (the default)")
     p.add_argument("--no-handle-signals", dest="handle_signals", action="store_false",
                    help="leave the signals' default actions (the run is marked failed or preempted)")
+    p.add_argument("--allow-numerics-change", action="store_true",
+                   help="resume a run trained on another numerics path (jobs.run.numerics; sets "
+                        "AOSCALE_ALLOW_NUMERICS_CHANGE=1): its records then name both paths")
     return p
 
 

@@ -28,13 +28,15 @@ import numpy as np
 import torch
 
 from cli import InputError, parse, rules, run_main
+from cli.environment import ALLOW_NUMERICS_CHANGE
 from jobs.train import checkpoint as ckpt
 from jobs.run.allocator import keep_freed_memory
 from jobs.data.corpus import Batches, corpus_hash, data_record, token_array, tokenizer_hash, val_batches
 from jobs.train.engines import Engine, eval_mode, make_engine
 from jobs.train.preflight import check_run, check_run_path
-from jobs.run.files import (SPEC_FILE, add_status_warning, atomic_write_text, read_metrics, read_status,
-                           truncate_metrics, write_status)
+from jobs.run import numerics
+from jobs.run.files import (SPEC_FILE, add_status_warning, atomic_write_text, checkpoint_steps, read_metrics,
+                            read_status, truncate_metrics, write_status)
 from jobs.run.rng import rng_state, seed_everything, set_rng_state
 from jobs.run.lock import holding
 from jobs.run.spec import RunSpec
@@ -94,6 +96,7 @@ class Run:
     peak_flops: float
     step: int = 0
     window: dict[str, float] = field(default_factory=dict)
+    numerics: numerics.NumericsPath | None = None  # the path this call trains on (jobs.run.numerics)
 
     @property
     def rank0(self) -> bool:
@@ -143,6 +146,9 @@ def setup(run_dir: Path, spec: RunSpec) -> Run:
     except ValueError as error:
         raise InputError(str(error)) from None
     dtype = torch.bfloat16 if engine.bf16 else torch.float32
+    path = numerics.current(model, engine.device, engine.bf16, model.core.compiled)
+    if engine.rank == 0:  # before anything is written: a resume on another path is refused
+        numerics.check_resume(run_dir, spec.run_id, max(checkpoint_steps(run_dir), default=0), path)
     if engine.device.type == "cpu":
         keep_freed_memory()  # activations are allocated again every step: no page faults for them
     if engine.rank == 0:
@@ -151,12 +157,12 @@ def setup(run_dir: Path, spec: RunSpec) -> Run:
         atomic_write_text(run_dir / SPEC_FILE, spec.to_json() + "\n")
         write_manifest(run_dir, spec, {"engine": engine.name, "world_size": engine.world_size,
                                        "engine_config": engine.config,
-                                       "dtype": str(dtype), "n_params": counts,
+                                       "dtype": str(dtype), "n_params": counts, "numerics": path.label,
                                        "flops_per_token": flops_per_token, **_data_hashes(spec)})
     generator = torch.Generator(device=engine.device).manual_seed(spec.seed)
     return Run(run_dir, spec, engine, batches, val_tokens, _make_ema(model, engine, spec.ema),
                generator, Tracker(run_dir, spec, engine.rank), flops_per_token,
-               measure_peak_flops(engine.device, dtype))
+               measure_peak_flops(engine.device, dtype), numerics=path)
 
 
 def save(run: Run) -> None:
@@ -420,6 +426,7 @@ def _train(run: Run, stop_after: int | None, callbacks: Sequence[Callable[[Run],
     run.engine.barrier()
     resume(run)
     if run.rank0:
+        numerics.record_segment(run.run_dir, run.step, run.numerics)
         truncate_metrics(run.run_dir, run.step)
         run.tracker.log({"kind": "start", "step": run.step, "from_step": run.step,
                          "time": time.time(), "engine": run.engine.name,
@@ -450,6 +457,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body() -> int:
         check_run_path(args.run_dir)
+        if args.allow_numerics_change:
+            os.environ[ALLOW_NUMERICS_CHANGE.name] = ALLOW_NUMERICS_CHANGE.on
         spec = spec_from_args(args)
         if args.max_steps_this_call is not None:
             rules.positive_int("--max-steps-this-call", args.max_steps_this_call)

@@ -6,8 +6,9 @@ The C source is compiled once per machine with the system C compiler (~1 s) into
 `cache_dir()`, under a name that hashes the source, the compiler and its flags. A build is
 written to a temporary file and renamed into place, so concurrent first uses (ranks, workers)
 never load a half-written library. Without a compiler, or with
-`AOSCALE_KERNELS=0`, `available()` is False and callers use their eager PyTorch path (same
-values, slower); a missing compiler or a failed build warns once.
+`AOSCALE_KERNELS=0`, `available()` is False and callers use their eager PyTorch path (the same
+maths, slower; not the same rounding: see docs/DESIGN.md "Numerics paths"); a missing compiler
+or a failed build warns once. `AOSCALE_KERNELS` takes 1 (the default) or 0, nothing else.
 
 The kernels take float32 CPU tensors; `modulated_norm` and `residual_norm` are differentiable.
 """
@@ -23,6 +24,8 @@ from functools import cache
 from pathlib import Path
 
 import torch
+
+from cli.environment import kernels_enabled
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("adaln.c", "decode.c"))
 FLAGS = ("-O3", "-fno-trapping-math", "-fopenmp", "-shared", "-fPIC")  # no FP traps: branch-free selects vectorize
@@ -57,13 +60,20 @@ def _flags() -> tuple[str, ...]:
     return FLAGS + VECTOR_FLAGS if {"avx2", "fma"} <= cpu else FLAGS
 
 
+@cache
+def build_key() -> str:
+    """The build's key: a hash of the sources, the compiler's version and the flags. Two machines
+    with one key run the same machine code (the numerics path, `jobs.run.numerics`, carries it)."""
+    _, version = _compiler()
+    source = b"".join(path.read_bytes() for path in SOURCES)
+    return hashlib.sha256(source + version.encode() + " ".join(_flags()).encode()).hexdigest()[:16]
+
+
 def build() -> Path:
     """The compiled library's path, compiling it first if this machine has no copy."""
-    cc, version = _compiler()
+    cc, _ = _compiler()
     flags = _flags()
-    source = b"".join(path.read_bytes() for path in SOURCES)
-    key = hashlib.sha256(source + version.encode() + " ".join(flags).encode()).hexdigest()[:16]
-    target = cache_dir() / f"aoscale-kernels-{key}.so"
+    target = cache_dir() / f"aoscale-kernels-{build_key()}.so"
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
@@ -79,7 +89,7 @@ def build() -> Path:
 
 @cache
 def _library() -> ctypes.CDLL | None:
-    if os.environ.get("AOSCALE_KERNELS", "1") == "0":
+    if not kernels_enabled():  # AOSCALE_KERNELS: 1 (default) or 0; anything else is refused
         return None
     try:
         lib = ctypes.CDLL(str(build()))

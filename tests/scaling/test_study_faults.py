@@ -233,10 +233,10 @@ def test_a_full_disk_during_the_report_leaves_the_previous_report(tmp_path, env,
     previous = _report_bytes(report)
     fill(small_disk / "filler", leave_bytes=100_000)
     capsys.readouterr()
-    code = fit_curves.main([str(study), "--bootstrap", "10", "--out", str(report)])
+    code = fit_curves.main([str(study), "--bootstrap", "10", "--out", str(report), "--force"])  # a copied report
     _assert_one_line_and_previous_report(code, capsys.readouterr().err, report, previous)
     (small_disk / "filler").unlink()
-    assert fit_curves.main([str(study), "--bootstrap", "10", "--out", str(report)]) == 0
+    assert fit_curves.main([str(study), "--bootstrap", "10", "--out", str(report), "--force"]) == 0
 
 
 def test_a_deleted_ckpt_and_a_truncated_eval_parquet_show_in_status_and_fit_curves(tmp_path, env, evaluated, capsys):
