@@ -10,7 +10,8 @@ and again with ATEN_CPU_CAPABILITY=default or MKL_CBWR=COMPATIBLE: every value m
 1.5e-7 of itself (a float32 ulp or two), every standard error by at most 1e-7 of its value (a
 standard error is a difference of values near each other, so its own relative change can reach
 4e-2); a change of maths moves these values by 1e-4 or more. Only wall time (`gen_time_s`) and
-the numerics columns (which name the machine's path) are left out. A change that is meant to move these numbers regenerates the file:
+the numerics columns (which name the machine's path) are left out.
+A change that is meant to move these numbers regenerates the file:
 `AOSCALE_REGEN_GOLDEN=1 python -m pytest tests/jobs/eval/test_golden_records.py`.
 """
 from __future__ import annotations
