@@ -62,12 +62,6 @@ def axes_label(spec) -> str:
                              if k.startswith(SWEEP_PREFIX)])
 
 
-def spec_flops_per_token(spec) -> float:
-    """A run spec's training FLOPs per token under its family's own count."""
-    options = json.dumps(spec.options, sort_keys=True)
-    return family_accounting(spec.family, spec.size, options, vocab_of(spec.tokenizer), spec.seq_len)[1]
-
-
 def plan_rows(study: StudySpec) -> list[PlanRow]:
     """A row per cell with both parameter counts and the family's training FLOPs."""
     rows = []

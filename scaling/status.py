@@ -146,11 +146,6 @@ def learned(run_dir: Path) -> str:
     return "plateau" if table["plateau"].any() else "ok"
 
 
-def run_warnings(study_dir: Path, run_id: str, verify_all: bool = False) -> list[str]:
-    """What is wrong with one run's files, one line each (empty when nothing is)."""
-    return damage(study_dir, run_id, verify_all)[1]
-
-
 def damage(study_dir: Path, run_id: str, verify_all: bool = False) -> tuple[str, list[str]]:
     """(the `files` column, one warning line per problem) of one run: a missing folder or
     spec.json, a rebuilt status.json, missing or corrupt checkpoints of a trained run, an
