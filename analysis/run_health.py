@@ -5,7 +5,7 @@ the suite its spec.json names now (the `suite` column; records without one preda
 at its final step. Everything else is left out with a note that the report lists among its
 warnings: an unreadable (truncated) file, records of another suite, a partial checkpoint's
 records. Damage that leaves the records usable is named too: checkpoints that are gone, and a
-final checkpoint that fails its checksum (the layout of jobs.checkpoint: `ckpt/step_XXXXXXXX/`
+final checkpoint that fails its checksum (the layout of jobs.train.checkpoint: `ckpt/step_XXXXXXXX/`
 with `meta.json` listing each file's sha256; checked up to VERIFY_MAX_BYTES per run).
 """
 from __future__ import annotations

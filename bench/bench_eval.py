@@ -1,7 +1,7 @@
 """Evaluation cost per run of the quickstart's families and sizes, settings timed side by side.
 
 Trains each quickstart run of seed 0 for a few steps (evaluation cost does not depend on how long a
-run trained), then times `jobs.evaluate.evaluate` on it under each setting, interleaved so that
+run trained), then times `jobs.eval.evaluate.evaluate` on it under each setting, interleaved so that
 load changes hit every setting alike. One thread, as the quickstart's runs use. Prints seconds per
 (family, size, setting) and the evaluation time the quickstart would spend (x seeds, / parallel runs).
 

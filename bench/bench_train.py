@@ -1,6 +1,6 @@
 """Trainer throughput, measured side by side in one run.
 
-1. MFU of the `torch` engine (jobs.train.train) vs a plain torch loop (same model, batches and
+1. MFU of the `torch` engine (jobs.train.loop.train) vs a plain torch loop (same model, batches and
    AdamW) at the 10M rung on CPU fp32. MFU = model FLOP/s (`model.flops_per_token()` x
    tokens/s) over this machine's matmul peak, measured in this run at the same dtype/threads.
 2. Step time of DeepSpeed ZeRO-2 with 2 ranks (torchrun, gloo, 1 thread each) vs the torch

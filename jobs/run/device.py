@@ -17,7 +17,7 @@ from jobs.run.cpu_compile import compile_pays
 
 CPU_EVAL_BATCH = 8  # sequences per forward on the CPU: larger batches are no faster there
 CUDA_EVAL_BATCH = 32  # on a GPU: 32 x 1024 tokens keep a 125M-760M model's matmuls large
-# (its logits are split by models.likelihood.max_logit_elements, so memory stays bounded)
+# (its logits are split by models.likelihood.row_chunks, so memory stays bounded)
 
 
 def pick_device(cuda: bool | None = None, local_rank: int | None = None) -> torch.device:

@@ -29,7 +29,7 @@ MANIFEST_FILE = "manifest.json"
 # What makes a folder a study's or a started run's (cli.paths.not_nested): a loose spec.json beside
 # a run directory is a user's file, not a run.
 NESTING_MARKERS = {"study": (STUDY_FILE,), "run": (SPEC_FILE, MANIFEST_FILE)}
-CKPT_DIR = "ckpt"  # checkpoints: ckpt/step_XXXXXXXX (see jobs.checkpoint)
+CKPT_DIR = "ckpt"  # checkpoints: ckpt/step_XXXXXXXX (see jobs.train.checkpoint)
 CKPT_PREFIX = "step_"
 REASON_CHARS = 300  # status reasons are one line, at most this long
 _WARNED: set[str] = set()

@@ -44,7 +44,7 @@ class RunSpec:
     batch_size: int = 16  # sequences per optimizer step, all ranks and micro-steps together
     micro_batch_size: int = 0  # 0 = batch_size (no accumulation)
     min_lr_ratio: float = 0.1  # cosine floor as a fraction of peak (GPT-3 decays to 10 %)
-    schedule: str = "cosine"  # after warm-up: cosine to the floor, or wsd (SCHEDULES; jobs.train.lr_at)
+    schedule: str = "cosine"  # after warm-up: cosine to the floor, or wsd (SCHEDULES; jobs.train.loop.lr_at)
     decay_fraction: float = 0.2  # wsd: the final share of steps that decays linearly to the floor
     branch_from: str = ""  # a WSD cooldown branch: its trunk's run id (the branch starts from its state)
     branch_step: int = 0  # ... at this step of the trunk, then decays linearly to the floor until `steps`
@@ -61,7 +61,7 @@ class RunSpec:
     engine: str = unhashed("torch")
     zero_stage: int = unhashed(2)
     compile: str = unhashed("auto")  # torch.compile of the core's block stack (COMPILE_SETTINGS)
-    deepspeed_config: str = unhashed("")  # the user's DeepSpeed overlay as canonical JSON (jobs.ds_config)
+    deepspeed_config: str = unhashed("")  # the user's DeepSpeed overlay as canonical JSON (jobs.train.ds_config)
     eval_every: int = unhashed(0)  # 0 = only at the end
     checkpoint_every: int = unhashed(0)  # 0 = only at the end
     keep_checkpoints: int = unhashed(2)

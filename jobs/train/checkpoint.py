@@ -202,7 +202,7 @@ def load_model(run_dir: str | Path, weights: str = "auto",
 
     `weights`: `auto` (EMA weights when the run used EMA, else raw), `ema` or `raw`. The model is
     returned in eval mode on `device`: `cpu` (default), a torch device, or `auto` for the run's
-    device rule (`jobs.device.pick_device`: this rank's GPU where CUDA exists). Raises
+    device rule (`jobs.run.device.pick_device`: this rank's GPU where CUDA exists). Raises
     `FileNotFoundError` when no valid checkpoint exists.
     """
     spec = RunSpec.load(Path(run_dir) / SPEC_FILE)

@@ -1,4 +1,4 @@
-"""Flags of the trainer's command line (`python -m jobs.train`, whose `main` is `jobs.train.main`):
+"""Flags of the trainer's command line (`python -m jobs.train`, whose `main` is `jobs.train.loop.main`):
 flags, `--set key=value` and `--spec spec.json` become a `RunSpec`.
 
 Bad input raises `cli.InputError` naming the field, before anything is written.

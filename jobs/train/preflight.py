@@ -3,9 +3,9 @@
 `check_run(run_dir, spec)` is what `jobs.train` runs first, and `scaling.preflight` runs the
 same checks over every run of a study before the launcher writes the study:
 
-- each field by its one rule and the rules between fields (`jobs.run_checks.validate`);
+- each field by its one rule and the rules between fields (`jobs.train.rules.validate`);
 - the model's own rules (family, size, options, context), without building the model, and that
-  the family provides every capability its evaluation suite uses (`jobs.suites.Suite.capabilities`);
+  the family provides every capability its evaluation suite uses (`jobs.data.suites.Suite.capabilities`);
 - memory of the model's training state and activations against this machine;
 - the data (through jobs.data's loaders): the corpus exists, decodes as UTF-8 (the file and byte
   offset are named), `.jsonl` records hold their text field, and each split holds at least one
@@ -54,7 +54,7 @@ HUB_HOST = "huggingface.co"
 
 
 def check_types(fields: dict[str, Any]) -> None:
-    """Each RunSpec field present in `fields` by its rule (jobs.run_checks.FIELD_RULES): integers
+    """Each RunSpec field present in `fields` by its rule (jobs.train.rules.FIELD_RULES): integers
     (not bools) for counts, finite numbers in range for rates, known names, seeds in [0, 2**63)."""
     check_fields(fields)
 

@@ -5,7 +5,7 @@ A trunk trains with `schedule = "wsd"` and keeps a copy of its checkpoint at eac
 `snapshot_steps` under `snapshots/` (never pruned). A branch is a run with `branch_from` (the
 trunk's run id, a sibling folder) and `branch_step`: on its first start it takes the trunk's
 snapshot at that step as its own checkpoint, then trains on to `steps` with the lr decaying
-linearly from the peak to the floor (`jobs.train.lr_at`). Batches are a function of (seed, step),
+linearly from the peak to the floor (`jobs.train.loop.lr_at`). Batches are a function of (seed, step),
 so the branch sees the data the trunk would have; it resumes from its own checkpoints like any
 run. Its run id hashes the trunk's id and the branch step; its cost is its decay tokens only.
 """

@@ -1,4 +1,4 @@
-"""jobs.datasets: zero-shot evaluation sets from the offline data kit."""
+"""jobs.data.datasets: zero-shot evaluation sets from the offline data kit."""
 from __future__ import annotations
 
 import pytest

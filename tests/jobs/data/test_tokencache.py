@@ -1,4 +1,4 @@
-"""jobs.tokencache through jobs.data on real `datasets` objects: save_to_disk folders and parquet
+"""jobs.data.tokencache through jobs.data on real `datasets` objects: save_to_disk folders and parquet
 folders with only a train split, the held-out rule, parallel workers, resumption after SIGKILL."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""jobs.tokenizers: GPT-2 BPE and bytes encodings built offline (also reachable from jobs.data)."""
+"""jobs.data.tokenizers: GPT-2 BPE and bytes encodings built offline (also reachable from jobs.data)."""
 from __future__ import annotations
 
 import json
