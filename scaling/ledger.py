@@ -6,7 +6,7 @@ variant, size, seed, ablation factors); `<study>/runs/<run_id>/` holds what the 
 with its lock: `running` only while a live process holds it, `interrupted` when status.json says
 running but nobody does (a killed launcher), to be resumed. Evaluation is part of a run's truth:
 a run whose training is done but whose records are missing, unreadable, partial or of another
-suite than its spec's is `trained` (jobs.evalstate), and the next launch evaluates it.
+suite than its spec's is `trained` (jobs.eval.state), and the next launch evaluates it.
 """
 from __future__ import annotations
 
