@@ -2,8 +2,9 @@
 
 scaling -> jobs, models, analysis; jobs -> models; models -> nothing of ours;
 analysis -> nothing of ours and not torch; every package -> cli (the shared CLI helpers), which
-imports nothing of ours. And no module of ours takes part in an import cycle, counting imports
-inside functions.
+imports nothing of ours; bench (benchmarks and tools run as scripts) -> any package, and no
+package -> bench. And no module of ours takes part in an import cycle, counting imports inside
+functions.
 """
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-OURS = ("scaling", "jobs", "models", "analysis", "cli")
+OURS = ("scaling", "jobs", "models", "analysis", "cli", "bench")
 ALLOWED = {
+    "bench": set(OURS),
     "scaling": {"scaling", "jobs", "models", "analysis", "cli"},
     "jobs": {"jobs", "models", "cli"},
     "models": {"models", "cli"},
@@ -59,6 +61,9 @@ def test_the_checker_sees_violations():
     assert violations("models", Path("m.py"), source) == ["m.py imports scaling"]
     assert violations("analysis", Path("a.py"), source) == ["a.py imports scaling", "a.py imports torch"]
     assert violations("scaling", Path("s.py"), source) == []
+    assert violations("bench", Path("b.py"), source + "from bench import networks\n") == []
+    assert violations("scaling", Path("s.py"), "import bench.review_book\n") == ["s.py imports bench"]
+    assert violations("cli", Path("c.py"), "from bench.networks import x\n") == ["c.py imports bench"]
 
 
 def test_the_run_rules_and_size_rules_import_no_torch():
