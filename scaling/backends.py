@@ -90,13 +90,9 @@ def _check_engine(args: argparse.Namespace, world_size: int) -> None:
 
 
 def _ray(args: argparse.Namespace, given: dict[str, Any]) -> Any:
-    from jobs.executors.ray_tune import RayOptions, parse_env, validate_ray_options  # noqa: PLC0415 - Ray backend only
+    from jobs.executors.ray_tune import options_from_flags  # noqa: PLC0415 - Ray backend only
 
-    if "env" in given:
-        given["env"] = parse_env(given["env"])
-    options = RayOptions(max_retries=args.max_retries, **given)
-    validate_ray_options(options)
-    return options
+    return options_from_flags(given, args.max_retries)
 
 
 SLURM_FLAGS = options.flags(SlurmOptions)  # declared on the options' fields, with their help and defaults

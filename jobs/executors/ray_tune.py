@@ -41,7 +41,7 @@ from typing import Any
 
 from jobs.run import files as runfiles
 from cli import float_arg, int_arg
-from cli.options import option
+from cli.options import add_flags, flags, option
 from jobs.executors import BUSY, PIPELINE, failure_count, record_crash, run_exclusive
 
 EXPERIMENT_FILE = "experiment.json"
@@ -362,22 +362,36 @@ def _tuner(study_dir: Path, run_dirs: Sequence[Path], opts: RayOptions, pipeline
     return tune.Tuner(trainable, param_space=space, tune_config=tune_config, run_config=run_config), name
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m jobs.executors.ray_tune STUDY RUN_DIR... [--cpus-per-trial C] [--num-cpus N]
-    [--max-retries R] [--ray-address A]`: run the grid in the foreground (a driver you can kill)."""
+def options_from_flags(given: dict[str, Any], max_retries: int) -> RayOptions:
+    """Validated RayOptions from the Ray flags given (field -> value, `--ray-env` items as typed)
+    and `--max-retries`; ValueError naming the field and the fix. The launcher and the driver
+    below both build their options here."""
+    if "env" in given:
+        given = {**given, "env": parse_env(given["env"])}
+    options = RayOptions(max_retries=max_retries, **given)
+    validate_ray_options(options)
+    return options
+
+
+def driver_parser() -> argparse.ArgumentParser:
+    """The driver's command line: the study, its run folders, `--max-retries` and the flags
+    declared on RayOptions, named as `scaling.launch` names them."""
     parser = argparse.ArgumentParser(prog="python -m jobs.executors.ray_tune")
     parser.add_argument("study")
     parser.add_argument("run_dirs", nargs="+")
-    parser.add_argument("--cpus-per-trial", type=float, default=1.0)
-    parser.add_argument("--gpus-per-trial", type=float, default=0.0)
-    parser.add_argument("--max-retries", type=int, default=1)
-    parser.add_argument("--num-cpus", type=int, default=0)
-    parser.add_argument("--ray-address", default="")
-    args = parser.parse_args(argv)
-    opts = RayOptions(address=args.ray_address, cpus_per_trial=args.cpus_per_trial,
-                      gpus_per_trial=args.gpus_per_trial, max_retries=args.max_retries, num_cpus=args.num_cpus)
+    parser.add_argument("--max-retries", type=int_arg, default=1, help="retries of a crashed trial (default 1)")
+    add_flags(parser, flags(RayOptions))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m jobs.executors.ray_tune STUDY RUN_DIR... [--max-retries R] [the launcher's Ray
+    flags: --ray-address, --cpus-per-trial, --ray-num-cpus, ...]`: run the grid in the foreground
+    (a driver you can kill)."""
+    args = driver_parser().parse_args(argv)
+    given = {f.field: getattr(args, f.dest) for f in flags(RayOptions) if getattr(args, f.dest) is not None}
     try:
-        validate_ray_options(opts)
+        opts = options_from_flags(given, args.max_retries)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

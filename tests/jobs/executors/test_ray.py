@@ -53,7 +53,7 @@ def test_crashed_trial_is_retried_from_its_checkpoint(tmp_path, data_kit, one_th
 
 def _driver(study: Path, runs: list[Path]) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "jobs.executors.ray_tune", str(study), *map(str, runs),
-           "--num-cpus", "2", "--cpus-per-trial", "1"]
+           "--ray-num-cpus", "2", "--cpus-per-trial", "1"]
     env = dict(os.environ, PYTHONPATH=str(REPO))
     # its own session: the driver and the Ray daemons it starts form one group we can kill
     return subprocess.Popen(cmd, cwd=REPO, env=env, start_new_session=True,
