@@ -27,7 +27,7 @@ import polars as pl
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the sections read models.ladder, with or without an installed aoscale
-from cli import InputError, one_line, outputs  # noqa: E402 - after the path above
+from cli import InputError, one_line, outputs, schema  # noqa: E402 - after the path above
 from cli.paths import refuse_special, user_path  # noqa: E402
 
 DEFAULT_OUT = Path("docs/results/review")
@@ -42,6 +42,10 @@ COMMON_CAVEATS = (
     "this recipe, not other recipes or data; the evaluation's own sampling error (4,096 windows spread over "
     "the whole validation split, the `cpu` suites') is smaller.",
 )
+
+SPLITS_CAVEAT = ("Each arm's lr is chosen per cell on the validation slice and every number shown is the chosen "
+                 "runs' test slice (the `frontier` suite: 512 windows each); a choice at an end of the sweep is "
+                 "warned in the report (widen the sweep).")
 
 
 @dataclass(frozen=True)
@@ -119,7 +123,159 @@ SECTIONS: dict[str, Section] = {
          "vs-marginal error, not quality; quality is the judge's gen_ppl beside the samples' entropy (annealing "
          "lowers both).",
          "Times are one CPU thread at 32-byte contexts: the paper's 25x is a GPU figure at 1,024 tokens.")),
+    # issue 36's de-confounding designs (scaling/review_presets.py): each arm at its own lr, and EMA past
+    # the step where the warm-up stops making 0.999 and 0.9999 one computation
+    "pe-lr-cpu": Section(
+        "Target-position injection, each arm at its own lr (Figures 6-7)",
+        "pe-cpu's four injections on learned positions at 0.1M, each at the lr (1e-3 / 3e-3 / 1e-2) its validation "
+        "loss chooses, reported on the test slice.",
+        ("nll_anyorder", "nll_l2r"), (SPLITS_CAVEAT,)),
+    "factorial-lr-cpu": Section(
+        "De-confounding AO-GPT‡ vs σ-GPT, each arm at its own lr",
+        "factorial-cpu's 2×2×2 plus σ-GPT at 0.1M, each arm at the lr (1e-3 / 3e-3 / 1e-2) its validation loss "
+        "chooses, reported on the test slice.",
+        ("nll_anyorder", "nll_l2r"), (SPLITS_CAVEAT,), ema_effect=True),
+    "ema-long-cpu": Section(
+        "EMA 0.999 vs 0.9999 past the warm-up (Figure 8)",
+        "EMA 0.999 vs 0.9999 at 15,000 steps on 2/48/2, where min(rate, (1+n)/(10+n)) no longer gives them one "
+        "decay; every run also scores its raw weights.",
+        ("nll_anyorder", "nll_l2r"),
+        ("Past n = 8,991 updates 0.9999's decay keeps rising, to 0.99940 at 15,000: an average over ~1,670 steps "
+         "against 0.999's ~1,000, not the paper's 10,000.",), ema_effect=True),
 }
+
+
+NOT_RECORDED = "not recorded (made before runs recorded it)"  # studies trained before issue 39
+VERDICT_WORDS = ("supports", "contradicts", "open")
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """arm − base on one metric at one size, from the points table: Welch's interval from the two
+    arms' seed means, t-intervals and n (unpaired: points.csv holds no per-seed values)."""
+
+    metric: str
+    size: str
+    arm: str  # family/variant
+    base: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A section's answer to the paper's claim: the word, the claim, why, the contrasts it rests on
+    and the confounds it does not remove. `contradicts` needs an interval that excludes 0 after each
+    arm's lr is tuned; a study run at one shared lr gives at most `open` on an arm contrast."""
+
+    word: str
+    claim: str
+    why: str
+    contrasts: tuple[Contrast, ...]
+    confounds: tuple[str, ...]
+
+
+SHARED_LR = "one lr (3e-3) shared by arms that may each need their own"
+SHARED_RUNS = ("shared runs: l2r-mix-cpu's mix:0.0 / mix:0.1, factorial-cpu's adaln+ema0 arms and dec-enc-cpu's "
+               "AO-GPT are the same runs (equal cells, e.g. 2.722 [2.529, 2.915]), and dec-enc-cpu's MDLM is "
+               "mdm-loss-cpu's mdlm: these sections are not independent replications")
+UNDERTRAINED = "600-2,000 steps: the any-order models are under-trained at these step counts (infill-cpu)"
+VERDICTS: dict[str, Verdict] = {
+    "l2r-mix-cpu": Verdict(
+        "open", "a share of L2R data has an any-order sweet spot (Finding 3.2 vs Figure 11)",
+        "L2R loss falls with every added share (a trade-off, not a sweet spot), and no share's any-order loss "
+        "is below the 0 % arm's by an interval that excludes 0",
+        (Contrast("nll_anyorder", "0.1M", "aogpt/adaln+mix:0.1", "aogpt/adaln+mix:0.0"),
+         Contrast("nll_l2r", "0.1M", "aogpt/adaln+mix:0.9", "aogpt/adaln+mix:0.0")),
+        (SHARED_LR, SHARED_RUNS, "rotary positions", UNDERTRAINED)),
+    "dec-enc-cpu": Verdict(
+        "open", "a decoder (AO-GPT) beats an encoder (MDLM) on L2R and any-order loss (Finding 6)",
+        "At the largest size the two orders point opposite ways and the ensemble gain (+0.005) is two orders of "
+        "magnitude below the gap",
+        (Contrast("nll_l2r", "3/80/2", "mdm/mdlm", "aogpt/adaln+mix:0.1"),
+         Contrast("nll_anyorder", "3/80/2", "mdm/mdlm", "aogpt/adaln+mix:0.1")),
+        (SHARED_LR, SHARED_RUNS, "MDLM's any-order figure is an upper bound (its ELBO)", UNDERTRAINED)),
+    "factorial-cpu": Verdict(
+        "open", "σ-GPT beats AO-GPT‡ (adaLN, EMA, 10 % L2R) on the same network and budget",
+        "The arms differ by an interval that excludes 0, but every arm ran at one lr and adaLN's modulation, "
+        "larger than the core, may need another (factorial-lr-cpu tunes each arm); RoPE already gives the queries "
+        "the target position, and EMA is capped at 0.991 by the warm-up",
+        (Contrast("nll_anyorder", "0.1M", "sigma_gpt/input+uniform", "aogpt/adaln+ema0.9999+mix:0.1"),),
+        (SHARED_LR, SHARED_RUNS, "the factorial's effects pool cells (no seed pairing)", UNDERTRAINED)),
+    "pe-cpu": Verdict(
+        "open", "adaLN is the best target-position injection (paper Figures 6-7); here it is the worst",
+        "The adaLN arm's loss rises with size and its seed intervals are 2-5x wider than the other variants': an "
+        "optimisation problem at the shared lr is not ruled out (pe-lr-cpu tunes each arm)",
+        (Contrast("nll_anyorder", "0.1M", "aogpt/input+mix:0.1", "aogpt/adaln+mix:0.1"),
+         Contrast("nll_anyorder", "3/80/2", "aogpt/input+mix:0.1", "aogpt/adaln+mix:0.1")),
+        (SHARED_LR, "learned positions near the unigram plateau", UNDERTRAINED)),
+    "ema-cpu": Verdict(
+        "open", "a higher EMA rate helps (paper Figure 8)",
+        "Below 8,991 steps models/ema.py's ema_decay, min(rate, (1+n)/(10+n)), gives 0.999 and 0.9999 the same "
+        "decay at every update, so at 1,500 steps their arms are one computation and the study cannot test "
+        "Figure 8 (ema-long-cpu trains 15,000 steps); the paired EMA − raw table shows no gain from EMA here",
+        (Contrast("nll_anyorder", "2/48/2", "aogpt/adaln+ema0.9999+mix:0.1", "aogpt/adaln+ema0.999+mix:0.1"),),
+        ("0.999 = 0.9999 by construction below 8,991 steps", UNDERTRAINED)),
+    "mdm-loss-cpu": Verdict(
+        "open", "the encoder objectives (MDLM, k-DCE, SEDD) rank as the paper's sources report",
+        "SEDD's any-order bound is the lowest at both sizes, but SEDD alone carries time conditioning and "
+        "the intervals are unpaired",
+        (Contrast("nll_anyorder", "0.1M", "mdm/sedd", "mdm/mdlm"),),
+        (SHARED_LR, SHARED_RUNS, "SEDD's time conditioning (adaLN on σ̄)", UNDERTRAINED)),
+    "infill-cpu": Verdict(
+        "open", "any-order models infill better than AR, and parallel decoding pays a joint error",
+        "AR sees only the prefix yet infills better than every any-order model that sees both sides: evidence that "
+        "the any-order models are under-trained at 1,000 steps, not a verdict on the paper; the joint error is "
+        "paired within runs (the table below), resolved at k = 8 and not at every k = 4",
+        (Contrast("infill_nll", "0.1M", "sigma_gpt/input+uniform", "ar/base"),),
+        (SHARED_LR, UNDERTRAINED, "one CPU thread at 32-byte contexts for every time")),
+    "pe-lr-cpu": Verdict(
+        "open", "adaLN is the best target-position injection (paper Figures 6-7), each arm at its own lr",
+        "Designed, not yet trained", (), ("one size (0.1M)", UNDERTRAINED)),
+    "factorial-lr-cpu": Verdict(
+        "open", "σ-GPT beats AO-GPT‡, each arm at its own lr", "Designed, not yet trained", (),
+        ("one size (0.1M)", "RoPE gives the queries the target position", UNDERTRAINED)),
+    "ema-long-cpu": Verdict(
+        "open", "a higher EMA rate helps (paper Figure 8), past the step where 0.999 and 0.9999 part",
+        "Designed, not yet trained", (), ("one size (2/48/2)", "15,000 steps repeat Shakespeare's training split "
+                                          "about 3.4 times")),
+}
+def welch(points: pl.DataFrame, c: Contrast) -> tuple[float, float, float, float] | None:
+    """arm − base: (difference, lo, hi, Welch dof) from each arm's mean, t-interval and n (its se is the
+    interval's half-width over t(n − 1)); analysis.stats.welch; None where a cell is missing or has n < 2."""
+    from scipy import stats as sps  # noqa: PLC0415 - only when writing
+
+    from analysis.stats import Q_HI, SeedSummary  # noqa: PLC0415
+    from analysis.stats import welch as welch_summaries  # noqa: PLC0415
+
+    summaries = []
+    for label in (c.arm, c.base):
+        family, variant = label.split("/", 1)
+        row = points.filter((pl.col("metric") == c.metric) & (pl.col("size") == c.size) & (pl.col("family") == family)
+                            & (pl.col("variant") == variant))
+        if row.height != 1 or not row["n"][0] or row["n"][0] < 2:
+            return None
+        r = row.row(0, named=True)
+        se = (r["hi"] - r["lo"]) / 2 / float(sps.t.ppf(Q_HI, r["n"] - 1))
+        summaries.append((SeedSummary(r["mean"], float("nan"), se, r["lo"], r["hi"], r["n"]), r["n"]))
+    (a, na), (b, nb) = summaries
+    d = welch_summaries(a, b)
+    va, vb = a.se ** 2, b.se ** 2
+    dof = (va + vb) ** 2 / (va ** 2 / (na - 1) + vb ** 2 / (nb - 1)) if va + vb > 0 else na + nb - 2
+    return d.mean, d.lo, d.hi, dof
+
+
+def verdict_md(preset: str, points: pl.DataFrame) -> str:
+    """The section's verdict line, its contrasts (Welch, unpaired) and the confounds it does not remove."""
+    v = VERDICTS[preset]
+    shown = []
+    for c in v.contrasts:
+        d = welch(points, c)
+        if d is not None:
+            shown.append(f"{c.arm} − {c.base}, {c.metric} at {c.size}: {d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}] "
+                         f"(Welch, {d[3]:.1f} dof)")
+    contrast = ("; ".join(shown) + " (unpaired: the tables hold no per-seed values to pair)") if shown else "none yet"
+    return (f"**Verdict: {v.word}.** Claim: {v.claim}. {v.why}.\n\n"
+            f"**Contrast.** {contrast}.\n\n"
+            f"**Confounds it does not remove.** {'; '.join(v.confounds)}.\n\n")
 
 
 def launch_command(preset: str, study_dir: Path, extra: list[str]) -> list[str]:
@@ -271,14 +427,15 @@ def section_md(preset: str, run: dict, report_dir: Path) -> str:
     points = pl.read_csv(report_dir / "tables" / "points.csv")
     plateau = fits.get("plateau_runs", [])
     wall = (f"**Wall time.** {run['wall_s'] / 60:.1f} min (exit {run['rc']}); load average "
-            f"{run['load_before'][0]:.2f} before, {run['load_after'][0]:.2f} after.\n\n")
+            f"{run['load_before'][0]:.2f} before, {run['load_after'][0]:.2f} after; numerics path: "
+            f"{run.get('numerics') or NOT_RECORDED}.\n\n")
     answer = ("**Answer** (the study's tables; mean over seeds [95 % t-interval] (n seeds); nats/byte unless "
               "the metric says otherwise):\n\n")
     scored = ", ".join(f"{r['family']}/{r['variant']} {r['weights']}" for r in fits.get("arm_weights", []))
     weights = f"**Weights scored** ({fits.get('weights', '?')}): {scored or 'not recorded'}.\n\n"
     stuck = (f"\n**Runs on the unigram plateau** ({len(plateau)}; their comparisons are not answers): "
              f"{', '.join(plateau) or 'none'}.\n")
-    out = [f"## {section.title}\n\n", f"**Question.** {section.question}\n\n",
+    out = [f"## {section.title}\n\n", f"**Question.** {section.question}\n\n", verdict_md(preset, points),
            f"**Command.** `{run['command']}`\n\n", wall, weights, answer, points_table(points, section.metrics),
            factorial_md(report_dir / "tables" / "factorial.csv"),
            ensemble_md(fits) if "nll_ensemble" in section.metrics else "",
@@ -310,29 +467,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-RUN_FIELDS = {"command": (str,), "wall_s": (int, float), "rc": (int,), "load_before": (list,), "load_after": (list,)}
-
-
 def read_run(path: Path) -> dict:
-    """A study's book_run.json, checked (InputError naming the file and the key otherwise)."""
+    """A study's book_run.json, checked by cli.schema.BOOK_RUN (InputError naming the file and the key otherwise)."""
     refuse_special("--sections-only", path)
     if not path.is_file():
         raise InputError(f"--sections-only: {path} not found; run that study first (without --sections-only) or "
                          "pass --studies-root where it was trained")
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise InputError(f"{path}: not readable JSON ({one_line(str(error))}); run that study again") from None
-    if not isinstance(doc, dict):
-        raise InputError(f"{path}: holds a {type(doc).__name__}, expected an object with {', '.join(RUN_FIELDS)}")
-    for key, types in RUN_FIELDS.items():
-        value = doc.get(key)
-        if not isinstance(value, types) or isinstance(value, bool):
-            raise InputError(f"{path}: {key} = {value!r}, expected {' or '.join(t.__name__ for t in types)}")
-    for key in ("load_before", "load_after"):
-        if not doc[key] or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in doc[key]):
-            raise InputError(f"{path}: {key} = {doc[key]!r}, expected a list of load averages (numbers)")
-    return doc
+    return schema.load_json(path, schema.BOOK_RUN)
 
 
 def read_runs(studies_root: Path, presets: list[str]) -> dict[str, dict]:

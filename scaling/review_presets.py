@@ -18,6 +18,19 @@ Networks and budgets (docs/results/quickstart-tuning.md, docs/results/laptop/):
   mix:0.1) needs ~2,000 steps to end 0.24 (0.1M) and 0.32 (0.3M) below the plateau, hence the
   budget and the sizes 0.1M and 3/80/2 (the smaller 2/48/2 would stay nearer the plateau).
 Which runs still end on the plateau is the study's own output (`scaling.status`, the report).
+
+De-confounding designs (issue 36; designed, not yet trained). `pe-cpu` and `factorial-cpu` ran
+every arm at one lr (3e-3), and adaLN's modulation, larger than the core, may need another: their
+verdicts stay open until each arm has its own. `pe-lr-cpu` and `factorial-lr-cpu` sweep
+`LR_SWEEP` for every arm (scaling.sweep: a study-wide `lr` list; analysis.selection chooses per
+cell, which includes the variant, so each arm gets its own lr) on the `frontier` suite, which
+evaluates a validation slice for the choice and a disjoint test slice for every reported number
+(512 windows each). A choice at an end of the sweep is warned ("widen the sweep"); widening it
+(every old value kept) extends the study in place (scaling.ledger.widens). To stay within 60
+minutes each, both run at one size (0.1M, where the shared-lr verdicts were read). `ema-long-cpu`
+trains long enough that 0.999 and 0.9999 differ under the warm-up min(rate, (1+n)/(10+n))
+(models/ema.py: they part at n = 8,991 updates); its rate-0 arm is dropped because every EMA run
+also scores its raw weights (EMA - raw is paired within each run).
 """
 from __future__ import annotations
 
@@ -27,6 +40,11 @@ from typing import Any
 from .arms import DEFAULT_ARMS, Arm
 
 TOKENS_PER_STEP = 32 * 32
+LR_SWEEP = [1e-3, 3e-3, 1e-2]  # around the shared 3e-3, one half-decade each side
+SPLIT_SUITE = "frontier"  # validation for selection, a disjoint test slice for the report (jobs/data/suites.py)
+# 0.999 and 0.9999 part once (1+n)/(10+n) > 0.999, n >= 8,991 updates; at 15,000 steps 0.9999's decay
+# ends at 0.99940 (an average over ~1,670 steps against 0.999's ~1,000)
+EMA_LONG_STEPS = 15_000
 ROPE = "gpt2,pos=rope"
 REAL_S_PER_RUN = 30.0  # start-up and `cpu`-suite evaluation per run, one thread (scaling/plan.py)
 CPU_REVIEW: dict[str, Any] = {
@@ -93,7 +111,31 @@ def infill_cpu() -> dict[str, Any]:
     return _settings(1000, arms, eval_suite="cpu-speed")
 
 
+def _each_arm_tuned(settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings with every arm's lr swept over LR_SWEEP, chosen on validation, reported on test."""
+    return {**settings, "sweep": {"lr": list(LR_SWEEP)}, "eval_suite": SPLIT_SUITE}
+
+
+def pe_lr_cpu() -> dict[str, Any]:
+    """pe-cpu with each injection at its own lr: 1e-3 / 3e-3 / 1e-2 per arm at 0.1M, 2,000 steps, 3 seeds."""
+    return _each_arm_tuned({**pe_cpu(), "sizes": ["0.1M"]})
+
+
+def factorial_lr_cpu() -> dict[str, Any]:
+    """factorial-cpu with each arm at its own lr: 1e-3 / 3e-3 / 1e-2 per arm at 0.1M, 1,000 steps, 3 seeds."""
+    return _each_arm_tuned({**factorial_cpu(), "sizes": ["0.1M"]})
+
+
+def ema_long_cpu() -> dict[str, Any]:
+    """EMA 0.999 vs 0.9999 at 15,000 steps, where the warm-up no longer makes them one computation; 2/48/2, 3 seeds."""
+    arms = [arm for arm in _arms("ema") if dict(arm.factors).get("ema") in (0.999, 0.9999)]
+    return _settings(EMA_LONG_STEPS, arms, sizes=["2/48/2"])
+
+
 CPU_PRESETS: dict[str, Callable[[], dict[str, Any]]] = {
     "pe-cpu": pe_cpu, "ema-cpu": ema_cpu, "l2r-mix-cpu": l2r_mix_cpu, "factorial-cpu": factorial_cpu,
     "dec-enc-cpu": dec_enc_cpu, "mdm-loss-cpu": mdm_loss_cpu, "infill-cpu": infill_cpu,
+    "pe-lr-cpu": pe_lr_cpu, "factorial-lr-cpu": factorial_lr_cpu, "ema-long-cpu": ema_long_cpu,
 }
+# the de-confounding designs of issue 36: one size each, and each may take up to 60 minutes
+DECONFOUNDING = ("pe-lr-cpu", "factorial-lr-cpu", "ema-long-cpu")

@@ -27,7 +27,7 @@ def test_a_section_quotes_the_reports_numbers_with_intervals_and_n():
 def test_every_section_names_a_cpu_preset_and_unknown_presets_exit_2():
     from scaling.review_presets import CPU_PRESETS
 
-    assert set(review_book.SECTIONS) == set(CPU_PRESETS)
+    assert set(review_book.SECTIONS) == set(CPU_PRESETS)  # the de-confounding designs included
     with pytest.raises(SystemExit) as exit_info:
         review_book.parse(["--presets", "nope"])
     assert exit_info.value.code == 2
@@ -93,3 +93,29 @@ def test_generation_rows_are_labelled_by_condition_and_the_parallel_error_is_quo
     table = review_book.parallel_md(tmp_path / "parallel_decoding.csv")
     assert "| aogpt | v | 0.1M | annealed T=0.7 p=0.95 | 4 (8) | +0.0937 [+0.0323, +0.1551] (n=3) |" in table
     assert review_book.parallel_md(tmp_path / "absent.csv") == "" and review_book.repeats_md(tmp_path / "absent.csv") == ""
+
+
+def test_every_section_carries_a_verdict_and_the_confounded_ones_stay_open():
+    assert set(review_book.VERDICTS) == set(review_book.SECTIONS)
+    assert all(v.word in review_book.VERDICT_WORDS and v.confounds for v in review_book.VERDICTS.values())
+    for preset in ("pe-cpu", "factorial-cpu", "ema-cpu"):  # one shared lr, or 0.999 = 0.9999 by construction
+        assert review_book.VERDICTS[preset].word == "open"
+    text = review_book.section_md("dec-enc-cpu", RUN, LAPTOP)
+    assert text.index("**Verdict: open.**") < text.index("**Confounds it does not remove.**") < text.index("**Command.**")
+    assert "numerics path: not recorded (made before runs recorded it)" in text
+    assert "numerics path: cpu AVX2" in review_book.section_md("dec-enc-cpu", {**RUN, "numerics": "cpu AVX2"}, LAPTOP)
+
+
+def test_a_contrast_is_welchs_interval_from_the_two_arms_seed_intervals():
+    import polars as pl
+    from scipy import stats
+
+    t2 = stats.t.ppf(0.975, 2)
+    points = pl.DataFrame({"metric": ["m", "m"], "size": ["s", "s"], "family": ["a", "b"], "variant": ["x", "y"],
+                           "mean": [1.0, 0.5], "lo": [1.0 - t2 * 0.1, 0.5 - t2 * 0.1],
+                           "hi": [1.0 + t2 * 0.1, 0.5 + t2 * 0.1], "n": [3, 3]})
+    diff, lo, hi, dof = review_book.welch(points, review_book.Contrast("m", "s", "a/x", "b/y"))
+    half = stats.t.ppf(0.975, 4) * (0.02 ** 0.5)  # equal se 0.1 and n 3: dof 4
+    assert (diff, dof) == (pytest.approx(0.5), pytest.approx(4.0))
+    assert (lo, hi) == (pytest.approx(0.5 - half), pytest.approx(0.5 + half))
+    assert review_book.welch(points, review_book.Contrast("m", "s", "a/x", "c/z")) is None

@@ -11,9 +11,11 @@ from jobs.executors import run_exclusive
 from scaling import launch, ledger
 from scaling.plan import cpu_hours, plan_rows
 from scaling.presets import PRESETS
-from scaling.review_presets import CPU_PRESETS, REAL_S_PER_RUN
+from scaling.review_presets import CPU_PRESETS, DECONFOUNDING, EMA_LONG_STEPS, REAL_S_PER_RUN
 
-CPU_NAMES = sorted(CPU_PRESETS)
+from models.ema import ema_decay
+
+CPU_NAMES = sorted(set(CPU_PRESETS) - set(DECONFOUNDING))
 GPU_TWINS = {"pe-cpu": "pe", "ema-cpu": "ema", "l2r-mix-cpu": "l2r-mix", "factorial-cpu": "factorial"}
 
 
@@ -42,9 +44,48 @@ def test_cpu_presets_ask_the_gpu_presets_question_and_leave_them_unchanged(name)
 
 
 def test_pe_runs_on_learned_positions_and_the_rest_on_rope():
-    for name in CPU_NAMES:
+    for name in sorted(CPU_PRESETS):
         options = {c.spec.options["pos"] for c in _study("--preset", name).cells}
-        assert options == ({"learned"} if name == "pe-cpu" else {"rope"})
+        assert options == ({"learned"} if name.startswith("pe-") else {"rope"})
+
+
+def _projected_min(study) -> tuple[float, float]:
+    """(the dry-run's estimate, with start-up and evaluation) in minutes on 2 cores."""
+    minutes = cpu_hours(sum(row.flops for row in plan_rows(study)), 2) * 60
+    return minutes, minutes + len(study.cells) * REAL_S_PER_RUN / 2 / 60
+
+
+@pytest.mark.parametrize("name", ["pe-lr-cpu", "factorial-lr-cpu"])
+def test_the_deconfounding_presets_sweep_3_lr_per_arm_and_report_on_test(name):
+    study = _study("--preset", name)
+    compared = [c.spec for c in study.cells if c.spec.role == "compared"]
+    lrs: dict[tuple[str, str], set[float]] = {}
+    for spec in compared:
+        lrs.setdefault((spec.family, spec.variant), set()).add(spec.lr)
+    twin = PRESETS[name.replace("-lr", "")]()
+    assert len(lrs) == len(twin["arms"]) and all(len(values) >= 3 for values in lrs.values()), lrs
+    for values in lrs.values():  # every arm sweeps the same values, spanning the shared lr (3e-3)
+        assert min(values) < twin["lr"] < max(values)
+    # each (arm, lr) has every seed: selection reads a seed mean and the verdict pairs by seed
+    per_cell: dict[tuple, set[int]] = {}
+    for spec in compared:
+        per_cell.setdefault((spec.family, spec.variant, spec.lr), set()).add(spec.seed)
+    assert all(len(seeds) >= 3 for seeds in per_cell.values())
+    from jobs.data.suites import resolve
+
+    assert resolve(PRESETS[name]()["eval_suite"]).test_split  # chosen on validation, reported on test
+    assert max(_projected_min(study)) <= 60
+
+
+def test_the_long_ema_study_trains_past_the_step_where_0999_and_09999_part():
+    study = _study("--preset", "ema-long-cpu")
+    compared = [c.spec for c in study.cells if c.spec.role == "compared"]
+    assert {s.ema for s in compared} == {0.999, 0.9999} and len({s.seed for s in compared}) >= 3
+    assert len({s.size for s in compared}) == 1
+    assert {s.steps for s in compared} == {EMA_LONG_STEPS}
+    assert ema_decay(0.999, 8989) == ema_decay(0.9999, 8989)  # one computation up to here
+    assert ema_decay(0.9999, EMA_LONG_STEPS - 1) - ema_decay(0.999, EMA_LONG_STEPS - 1) > 3e-4
+    assert _projected_min(study)[0] <= 40
 
 
 def test_factorial_cpu_has_every_cell_and_sigma_gpt():
