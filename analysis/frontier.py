@@ -165,12 +165,20 @@ def between_budget_draws(ln_c: np.ndarray, y: np.ndarray, within: np.ndarray,
     k = len(y)
     if k < MIN_EXPONENT_BUDGETS:
         return within, "within-parabola"
+    s_b, scale = scale_draws(ln_c, y, within, rng)
+    return y[None, :] + s_b * rng.standard_normal((len(within), k)), scale
+
+
+def scale_draws(ln_c: np.ndarray, y: np.ndarray, within: np.ndarray,
+                rng: np.random.Generator) -> tuple[np.ndarray, str]:
+    """The t-calibrated scale draws [B, 1] of `between_budget_draws` (>= 3 budgets): the larger of
+    the vertices' mean square about the line in ln C and a vertex's within-parabola variance, over
+    chi2 with the line's K - 2 df; and which of the two it took."""
     fit = sm.OLS(y, sm.add_constant(ln_c)).fit()
     ms_between, df = float(fit.mse_resid), int(fit.df_resid)
     ms_within = float(np.mean(_robust_var(within))) if np.isfinite(within).any() else 0.0
     scale = "between-budget" if ms_between >= ms_within else "within-parabola"
-    s_b = np.sqrt(max(ms_between, ms_within) * df / rng.chisquare(df, size=(len(within), 1)))
-    return y[None, :] + s_b * rng.standard_normal((len(within), k)), scale
+    return np.sqrt(max(ms_between, ms_within) * df / rng.chisquare(df, size=(len(within), 1))), scale
 
 
 def slopes(ln_c: np.ndarray, draws: np.ndarray) -> np.ndarray:
