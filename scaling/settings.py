@@ -276,16 +276,29 @@ def load_settings(flags: dict[str, Any], toml: dict[str, Any] | None = None) -> 
         values["tracking"] = check_tracking(values["tracking"])
     scalar = sweep.budget_settings(values)  # a list of tokens_per_param: each point sets its own
     budget = Budget(**{k: scalar[k] for k in BUDGET_KEYS if k in scalar})
+    arms = tuple(_study_arms(values))
+    _check_typed_sweep(given.get("sweep", file.get("sweep")), {arm.family for arm in arms}, "sweep" in given)
     return StudySettings(
         name=str(user.get("name") or preset or "study"), preset=preset,
         renamed=not user.get("name") and any(k in user for k in RESULT_KEYS if k != "preset"),
-        sizes=tuple(values["sizes"]), seeds=values.get("seeds", 1), arms=tuple(_study_arms(values)),
+        sizes=tuple(values["sizes"]), seeds=values.get("seeds", 1), arms=arms,
         judge=values.get("judge", "auto"),
         data=DataSettings(values["tokenizer"], values["corpus"], values.get("text_field", "text"),
                           values.get("eval_suite", "quick")),
         budget=budget, network=NetworkSettings(values.get("network", "gpt2"), float(values.get("ema", 0.0))),
         run=tuple(values.get("run", {}).items()), resources=tuple(values["resources"].items()),
         tracking=tuple(values.get("tracking", {}).items()), values=tuple(sorted(values.items())))
+
+
+def _check_typed_sweep(value: Any, families: set[str], flag: bool) -> None:
+    """A sweep the user wrote (flags, else the study file) names only families the study trains: a
+    table for another would touch nothing. (A preset's table for a family its study was narrowed
+    away from, by --families, is dropped: scaling.sweep.parse_sweep.)"""
+    for family in sorted(sweep.named_families(value) - families):
+        written = next((f"--sweep {item}" for item in value if str(item).strip().startswith(f"{family}:")), "")\
+            if flag else f"[sweep.{family}]"
+        raise InputError(f"sweep: {written} sweeps {family}, which this study does not train (families: "
+                         f"{', '.join(sorted(families))}); drop it or add {family} to --families")
 
 
 def _choose_preset(user: dict[str, Any]) -> str | None:

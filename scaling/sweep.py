@@ -57,6 +57,9 @@ AXIS_KEYS = ("sweep", "budgets", "grid_points", "grid_step", "optimum_seeds", "o
 DEFAULT_BRANCH_DECAY = 0.2  # a branch decays over this share of the tokens its trunk had seen
 DEFAULT_GRID_POINTS = 5
 DEFAULT_GRID_STEP = 2.0
+# A planned run trains whole steps, so it spends at least its budget and up to one step more; a run
+# that overshoots by more than this share cannot stand for its budget (it needs about 4+ steps).
+BUDGET_TOLERANCE = 0.25
 MIN_GRID_POINTS = 5  # an isoFLOP parabola needs curvature on both sides of its minimum
 OPTIMUM_BISECTIONS = 14  # ln(1e10) / 2^14: the predicted optimum to 0.15 %, finer than shapes snap
 
@@ -88,12 +91,9 @@ def _values(name: str, raw: Any) -> tuple[float, ...]:
     items = [v.strip() for v in raw.split(",") if v.strip()] if isinstance(raw, str) else raw
     if not isinstance(items, (list, tuple)) or not items:
         raise ValueError(f"sweep: {name} needs a list of values, e.g. {name} = [1e-3, 3e-3, 1e-2]")
-    try:
-        values = tuple(float(v) for v in items)
-    except (TypeError, ValueError):
-        raise ValueError(f"sweep: {name} values must be numbers, got {items!r}") from None
-    if any(not v > 0 or not math.isfinite(v) for v in values) or len(set(values)) != len(values):
-        raise ValueError(f"sweep: {name} values must be distinct positive numbers, got {list(values)}")
+    values = _floats(f"sweep: {name}", items, f"{name} = [1e-3, 3e-3, 1e-2]")
+    if any(not v > 0 for v in values):
+        raise ValueError(f"sweep: {name} values must be positive numbers, got {list(values)}")
     if name in INT_SETTINGS and any(v != int(v) for v in values):
         raise ValueError(f"sweep: {name} values must be whole numbers, got {list(values)}")
     return tuple(sorted(int(v) if name in INT_SETTINGS else v for v in values))
@@ -110,16 +110,26 @@ def parse_sweep(value: Any, families: set[str]) -> Sweep:
             if not sep:
                 raise ValueError(f"sweep: {item!r} is not NAME=V,V,...; e.g. --sweep lr=1e-3,3e-3,1e-2")
             family, _, name = key.strip().rpartition(":")
-            (table.setdefault(family, {}) if family else table)[name] = raw
+            target = table.setdefault(family, {}) if family else table
+            if name in target:
+                raise ValueError(f"sweep: {key.strip()} given twice (--sweep {key.strip()}={target[name]} and "
+                                 f"--sweep {item}); give one list, e.g. --sweep {key.strip()}={target[name]},{raw}")
+            target[name] = raw
     elif isinstance(value, dict):
         table = dict(value)
     else:
         raise ValueError(f"sweep: expected a table of lists, got {value!r}")
     at_budget = table.pop("at_budget", None)
-    if at_budget is not None and not (isinstance(at_budget, (int, float)) and at_budget > 0):
+    if isinstance(at_budget, str):  # --sweep at_budget=1e12
+        at_budget = _floats("sweep: at_budget", [at_budget], "at_budget = 1e12")[0]
+    if at_budget is not None and (isinstance(at_budget, bool) or not isinstance(at_budget, (int, float))
+                                  or not at_budget > 0 or not math.isfinite(at_budget)):
         raise ValueError(f"sweep: at_budget must be a positive number of FLOPs, got {at_budget!r}")
     common, per_family = {}, {}
     for key, raw in table.items():
+        if isinstance(raw, dict) and not raw:
+            raise ValueError(f"sweep: the table for {key!r} is empty, so it sweeps nothing; give it a setting "
+                             f"({key} = {{lr = [1e-3, 3e-3]}}) or drop it")
         if isinstance(raw, dict):
             if key not in families and key in models.FAMILIES:
                 continue  # a family this study does not train (a preset narrowed by --families)
@@ -130,6 +140,32 @@ def parse_sweep(value: Any, families: set[str]) -> Sweep:
             common[key] = _values(key, raw)
     return Sweep(tuple(sorted(common.items())), tuple(sorted(per_family.items())),
                  None if at_budget is None else float(at_budget))
+
+
+def named_families(value: Any) -> set[str]:
+    """The families a sweep's per-family parts name (`--sweep mdm:lr=...`, TOML `[sweep.mdm]`)."""
+    if isinstance(value, dict):
+        return {str(key) for key, raw in value.items() if isinstance(raw, dict)}
+    if isinstance(value, (list, tuple)):
+        return {str(item).partition("=")[0].strip().rpartition(":")[0] for item in value} - {""}
+    return set()
+
+
+def check_touches(sweep: Sweep, budgets: list[float] | None) -> None:
+    """Refuse a sweep that would touch no run: `at_budget` with no budgets planned, at a budget the
+    study does not plan, or with no setting to sweep."""
+    at = sweep.at_budget
+    if at is None:
+        return
+    if not sweep.common and not sweep.per_family:
+        raise ValueError(f"sweep: at_budget = {at:g} but no setting is swept; add one (lr = [1e-3, 3e-3]) or "
+                         "drop at_budget")
+    if budgets is None:
+        raise ValueError(f"sweep: at_budget = {at:g} sweeps only at that budget, but the study plans no budgets; "
+                         f"add budgets (--budgets {at:g},...) or drop at_budget")
+    if at not in budgets:
+        raise ValueError(f"sweep: at_budget = {at:g} is not one of the study's budgets "
+                         f"({', '.join(f'{b:g}' for b in budgets)}), so the sweep touches no run; set it to one of them")
 
 
 def parse_carry(value: Any) -> dict[str, float]:
@@ -163,13 +199,43 @@ def parse_numbers(key: str, value: Any) -> list[float] | None:
     if value is None:
         return None
     items = [v for v in str(value).split(",") if v.strip()] if isinstance(value, (str, int, float)) else value
-    try:
-        numbers = [float(v) for v in items]
-    except (TypeError, ValueError):
-        raise ValueError(f"{key}: expected positive numbers such as 1e12,3e12,1e13, got {value!r}") from None
-    if not numbers or any(not n > 0 or not math.isfinite(n) for n in numbers):
+    if isinstance(value, bool):
+        items = [value]
+    numbers = list(_floats(key, items, "1e12,3e12,1e13"))
+    if not numbers or any(not n > 0 for n in numbers):
         raise ValueError(f"{key}: expected positive numbers such as 1e12,3e12,1e13, got {value!r}")
     return numbers
+
+
+def _floats(key: str, items: Any, example: str) -> tuple[float, ...]:
+    """Finite numbers from `items` (numbers or their text); a boolean (TOML `true`), text that is no
+    number, or a value given twice is refused naming `key` and the item as written."""
+    if not isinstance(items, (list, tuple)):
+        raise ValueError(f"{key}: expected a list of numbers such as {example}, got {items!r}")
+    values: dict[float, Any] = {}
+    for item in items:
+        if isinstance(item, bool):
+            raise ValueError(f"{key}: {str(item).lower()} is a boolean, not a number; write numbers such as {example}")
+        try:
+            number = float(item.strip() if isinstance(item, str) else item)
+        except (TypeError, ValueError):
+            raise ValueError(f"{key}: {item!r} is not a number; write numbers such as {example}") from None
+        if not math.isfinite(number):
+            raise ValueError(f"{key}: {item!r} is not a finite number; write numbers such as {example}")
+        if number in values:
+            first, again = _written(values[number]), _written(item)
+            raise ValueError(f"{key}: {again} given twice{'' if first == again else f' (as {first} and {again})'}; "
+                             "give each value once")
+        values[number] = item
+    return tuple(values)
+
+
+def _written(item: Any) -> str:
+    """A list item as the user wrote it: text as is, an int as is, a float as Python writes it when short
+    (4.0, 0.5) and in exponent form otherwise (1e+12)."""
+    if isinstance(item, str):
+        return item.strip()
+    return repr(item) if isinstance(item, int) or len(repr(item)) <= 8 else f"{item:g}"
 
 
 def _positive(settings: dict, key: str, default: Any, kind: type) -> Any:
@@ -316,8 +382,9 @@ def expand(settings: dict, arms: list, seeds: int, budget: Budget, make: Make) -
     budget, run_fields, tags)` builds one."""
     ratios = parse_numbers("tokens_per_param", settings.get("tokens_per_param"))
     sweep = parse_sweep(settings.get("sweep"), {arm.family for arm, _ in arms})
+    check_touches(sweep, parse_numbers("budgets", settings.get("budgets")))
     carry = carried(settings, sweep, {arm.family for arm, _ in arms})
-    cells = []
+    cells, planned = [], []
     for point in plan(settings, arms, seeds, budget, ratios):
         tags = dict(point.tags)
         base = point.budget
@@ -333,7 +400,30 @@ def expand(settings: dict, arms: list, seeds: int, budget: Budget, make: Make) -
                     run_fields[field] = value
             combo_tags = {**tags, **{SWEEP_PREFIX + name: value for name, value in combo.items()}}
             cells.append(make(point.arm, point.options, point.size, point.seed, run_budget, run_fields, combo_tags))
+            planned.append((point, cells[-1]))
+    if settings.get("budgets") is not None:
+        check_budget_costs(planned, family_fpt(settings)[0])
     return with_branches(cells, settings)
+
+
+def check_budget_costs(planned: list[tuple[Point, Any]], fpt: FlopsPerToken) -> None:
+    """Refuse a budget whose runs, rounded up to whole steps, spend more than BUDGET_TOLERANCE over
+    it (a budget below one step of its smallest shape, or a batch so large that the shapes train a
+    step or two), naming the worst run and its numbers."""
+    over = []
+    for point, cell in planned:
+        budget_flops = dict(point.tags)["budget_flops"]
+        cost = fpt(point.arm.family, point.options, point.size) * cell.spec.tokens
+        if cost > budget_flops * (1 + BUDGET_TOLERANCE):
+            over.append((budget_flops, core_params_of(point.size), cost, cell.spec))
+    if not over:
+        return
+    budget_flops, _, cost, spec = min(over, key=lambda item: item[:2])  # the lowest budget's smallest shape
+    raise ValueError(
+        f"budgets: {budget_flops:g} FLOPs cannot be met: {spec.family} at {spec.size} trains {spec.steps} step(s) "
+        f"of {spec.batch_size}x{spec.seq_len} tokens, {cost:.3g} FLOPs, {cost / budget_flops:.3g}x the budget "
+        f"(a run may exceed it by {BUDGET_TOLERANCE:.0%}); raise the budget, or lower --batch-size or --seq-len "
+        "so each run trains several steps")
 
 
 def with_branches(cells: list, settings: dict) -> list:
@@ -344,6 +434,9 @@ def with_branches(cells: list, settings: dict) -> list:
     if any(f >= 1 for f in fractions):
         raise ValueError(f"branches: fractions of a run's steps must be below 1, got {fractions}")
     decay = _positive(settings, "branch_decay", DEFAULT_BRANCH_DECAY, float)
+    if decay > 1:
+        raise ValueError(f"branch_decay: a share of the tokens a trunk has seen, at most 1 (default "
+                         f"{DEFAULT_BRANCH_DECAY:g}), got {decay:g}")
     out = []
     for cell in cells:
         spec = cell.spec
