@@ -7,7 +7,15 @@ the tables: its core count stands in). Tokens = 8 per core parameter (the preset
 6*N*D, an approximation (the records' flops column is not in the tables).
 
     PYTHONPATH=. python docs/results/laptop/reanalyse.py
+
+It prints the re-fit and writes the tables reanalysis.md quotes: tables/reanalysis_first_1024.csv
+(the re-fit's parameters, gap trends per decade and across the measured span, and multipliers) and
+tables/trend_span.csv (the whole-split report's trends across its measured span: the slope per decade
+in fits.json times span_decades, as the report prints them).
 """
+import json
+from pathlib import Path
+
 import polars as pl
 
 from analysis import fit_curves, summary
@@ -31,3 +39,47 @@ for g in a.gaps:
     print(g.family,g.metric,'trend',round(g.trend.slope,3),round(g.trend.lo,3),round(g.trend.hi,3),g.trend.df)
     for m in g.multipliers:
         if m.x==max(mm.x for mm in g.multipliers if mm.axis==m.axis): print('  k',m.axis,m.x,round(m.k,2),round(m.lo,2),m.hi,m.x_family,m.extrapolated)
+
+HERE = Path(__file__).resolve().parent
+COLUMNS = ("quantity", "family", "variant", "metric", "param", "axis", "x", "value", "lo", "hi", "status", "df")
+
+
+def _row(**kw):
+    return {c: kw.get(c) for c in COLUMNS}
+
+
+def _trend_rows(family, variant, metric, quantity, slope, lo, hi, span, status, df):
+    """The trend per decade and across the measured span (the slope times span_decades)."""
+    return [_row(quantity=f"{quantity}_per_decade", family=family, variant=variant, metric=metric, value=slope, lo=lo,
+                 hi=hi, status=status, df=df),
+            _row(quantity=f"{quantity}_across_span", family=family, variant=variant, metric=metric, x=span,
+                 value=slope * span, lo=lo * span, hi=hi * span, status=status, df=df)]
+
+
+rows = []
+for f in a.fits:
+    for name, p in f.params.items():
+        lo, hi = p.ci95
+        rows.append(_row(quantity="fit", family=f.labels['family'], variant=f.labels.get('variant'),
+                         metric=f.labels['metric'], param=name, value=p.value, lo=lo, hi=hi, status=f.status,
+                         df=f.diagnostics.get('df_resid')))
+for g in a.gaps:
+    t = g.trend
+    rows += _trend_rows(g.family, g.variant, g.metric, "gap_trend", t.slope, t.lo, t.hi, t.span_decades, t.status, t.df)
+    for m in g.multipliers:
+        rows.append(_row(quantity="multiplier", family=g.family, variant=g.variant, metric=g.metric, axis=m.axis, x=m.x,
+                         value=m.k, lo=m.lo, hi=m.hi, status="extrapolated" if m.extrapolated else "interpolated"))
+schema = {c: (pl.Float64 if c in ("x", "value", "lo", "hi") else pl.Int64 if c == "df" else pl.Utf8) for c in COLUMNS}
+pl.DataFrame(rows, schema=schema).write_csv(HERE / "tables" / "reanalysis_first_1024.csv")
+
+whole = json.loads((HERE / "fits.json").read_text())  # the whole-split report beside this script
+spans = []
+for g in whole["gaps"]:
+    t = g["trend"]
+    spans += _trend_rows(g["family"], g["variant"], g["metric"], "gap_trend", t["slope_per_decade"], *t["ci95"],
+                         t["span_decades"], t["status"], t["df"])
+for e in whole.get("ensemble", []):
+    t = e["gain_trend"]
+    spans += _trend_rows(e["family"], e["variant"], "nll_ensemble", "ensemble_gain_trend", t["slope_per_decade"],
+                         *t["ci95"], t["span_decades"], t["status"], t["df"])
+pl.DataFrame(spans, schema=schema).write_csv(HERE / "tables" / "trend_span.csv")
