@@ -1,9 +1,9 @@
 """One run end to end: train (resuming) then evaluate; the callable every executor runs."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from cli.environment import rank
 from jobs.run.files import SPEC_FILE
 from jobs.run.spec import RunSpec
 from jobs.train.loop import train
@@ -22,7 +22,7 @@ def execute_run(run_dir: str | Path, *, handle_signals: bool = False) -> str:
     run_dir = Path(run_dir)
     spec = RunSpec.load(run_dir / SPEC_FILE)
     state = train(run_dir, spec, handle_signals=handle_signals)
-    rank0 = int(os.environ.get("RANK", 0)) == 0
+    rank0 = rank() == 0
     if state == "done" and rank0 and records_gap(run_dir, spec.eval_suite, spec.steps) is not None:
         evaluate(run_dir, spec.eval_suite, fresh=True)
     return state

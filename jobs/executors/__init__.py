@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import os
 from pathlib import Path
 from typing import Any, Protocol
 
+from cli.environment import pipeline_ref
 from jobs.run import files as runfiles
 from jobs.run.lock import LOCK_FILE, RunLock, lock_held  # noqa: F401 - re-exported
 
 BUSY = "busy"  # result of a run whose lock another live process holds
 FINAL_STATES = ("done", "failed", "preempted", BUSY)
-# The callable every backend runs; AOSCALE_PIPELINE=module:function substitutes another pipeline.
-PIPELINE = os.environ.get("AOSCALE_PIPELINE", "jobs.pipeline:execute_run")
+# The callable every backend runs; AOSCALE_PIPELINE=module:function substitutes another pipeline
+# (cli.environment: its target is imported when a command starts, so a bad one is refused then).
+PIPELINE = pipeline_ref()
 
 # name -> "module:class"; modules are imported on first use only.
 EXECUTORS: dict[str, str] = {
