@@ -34,13 +34,17 @@ within-parabola variance, the larger), drawn from the same resample.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
 
-from analysis import frontier
+from analysis import fairness, frontier
+from analysis.cells import latest
 from analysis.gap import REFERENCE_FAMILY, REFERENCE_METRIC
+from analysis.records import load
+from analysis.selection import SELECTION_SPLIT, select
 
 ARM = ("family", "variant")
 SIDE_SHAPES = 2  # measured shapes each side of a profile's vertex
@@ -228,9 +232,20 @@ def fit_rule(profs: list[Profile]) -> LrRule | None:
 class _Round:
     """What the planner collects while it checks (internal)."""
 
+    shape_n: Callable[[float], float] = float  # N -> the core parameters of the shape a launcher trains for it
     runs: dict = field(default_factory=dict)
     checks: list = field(default_factory=list)
     new_budgets: list = field(default_factory=list)
+
+    def shapes(self, start: float, ratio: float, offsets: list[int], count: int, taken: tuple[float, ...] = ()) -> list[float]:
+        """Up to `count` distinct shapes (their N) at start * ratio^k for k in `offsets`, in that
+        order, none of them in `taken` (neighbours that round to one shape are skipped)."""
+        out: list[float] = []
+        for k in offsets:
+            n = self.shape_n(start * ratio ** k)
+            if len(out) < count and all(not math.isclose(n, t, rel_tol=1e-9) for t in (*taken, *out)):
+                out.append(n)
+        return out
 
     def add(self, run: PlannedRun) -> None:
         self.runs.setdefault(run.key(), run)
@@ -239,8 +254,11 @@ class _Round:
         self.checks.append(Check(criterion, subject, met, detail))
 
 
-def plan_round(points: pl.DataFrame, config: PlanConfig = PlanConfig()) -> RoundPlan:
-    """The next round of a frontier study from its runs' validation values (module doc)."""
+def plan_round(points: pl.DataFrame, config: PlanConfig = PlanConfig(),
+               shape_n: Callable[[float], float] = float) -> RoundPlan:
+    """The next round of a frontier study from its runs' validation values (module doc). `shape_n`
+    maps a wanted N to the core parameters of the shape that would train (the launcher's shapes
+    are discrete): new shapes are distinct shapes, stepping past neighbours that round together."""
     if points.is_empty():
         return RoundPlan((), (), ())
     grid = lr_grid(points, config)
@@ -250,7 +268,7 @@ def plan_round(points: pl.DataFrame, config: PlanConfig = PlanConfig()) -> Round
     by_arm: dict[tuple, list[Profile]] = {}
     for p in profs:
         by_arm.setdefault((p.family, p.variant), []).append(p)
-    out = _Round()
+    out = _Round(shape_n)
     for arm_profs in by_arm.values():
         rule = fit_rule(arm_profs)
         state = _rule_check(arm_profs, rule, grid, out)
@@ -274,14 +292,20 @@ def _bracket(p: Profile, out: _Round) -> None:
     ratio = p.ratio()
     below = max(SIDE_SHAPES - left, 0 if p.interior or p.vertex_n > p.n[0] else 1)
     above = max(SIDE_SHAPES - right, 0 if p.interior or p.vertex_n < p.n[-1] else 1)
-    for k in range(1, below + 1):
-        out.add(PlannedRun(p.family, p.variant, p.budget_flops, p.n[0] / ratio ** k, 0, p.best_lr[0], "bracketed",
+    steps = list(range(1, 4 * SIDE_SHAPES + 1))
+    lower = [n for n in out.shapes(p.n[0], 1 / ratio, steps, below, p.n) if n < p.n[0]]
+    upper = [n for n in out.shapes(p.n[-1], ratio, steps, above, p.n) if n > p.n[-1]]
+    for n in lower:
+        out.add(PlannedRun(p.family, p.variant, p.budget_flops, n, 0, p.best_lr[0], "bracketed",
                            f"{p.name}: minimum not bracketed below ({left} shapes under its vertex); a shape "
-                           f"{k} step(s) below the smallest"))
-    for k in range(1, above + 1):
-        out.add(PlannedRun(p.family, p.variant, p.budget_flops, p.n[-1] * ratio ** k, 0, p.best_lr[-1], "bracketed",
+                           f"below the smallest ({p.n[0]:.3g})"))
+    for n in upper:
+        out.add(PlannedRun(p.family, p.variant, p.budget_flops, n, 0, p.best_lr[-1], "bracketed",
                            f"{p.name}: minimum not bracketed above ({right} shapes over its vertex); a shape "
-                           f"{k} step(s) above the largest"))
+                           f"above the largest ({p.n[-1]:.3g})"))
+    if len(lower) < below or len(upper) < above:
+        out.check("bracketed", p.name, False, "no distinct shape left beyond the edge (the smallest shape is "
+                  "reached); this profile stays unbracketed")
 
 
 def _rule_check(profs: list[Profile], rule: LrRule | None, grid: np.ndarray, out: _Round) -> str:
@@ -408,8 +432,6 @@ def _budgets(by_arm: dict, points: pl.DataFrame, config: PlanConfig, grid: np.nd
     for arm, f in fronts.items():
         toward = "down" if arm[0] == REFERENCE_FAMILY or ref is None or _above(ref, f) is False else "up"
         have = len(f.budgets) + len(added[arm])
-        out.check("budgets", f"{arm[0]}/{arm[1]}", have >= MIN_BUDGETS and not added[arm],
-                  f"{len(f.budgets)} budgets measured, {len(added[arm])} added; needs {MIN_BUDGETS}")
         while have < MIN_BUDGETS and len(added[arm]) < MAX_NEW_BUDGETS:
             c = _next_budget(f, added[arm], toward, config, limit)
             if c is None:
@@ -418,6 +440,8 @@ def _budgets(by_arm: dict, points: pl.DataFrame, config: PlanConfig, grid: np.nd
                 break
             added[arm].append(c)
             have += 1
+        out.check("budgets", f"{arm[0]}/{arm[1]}", not added[arm] and len(f.budgets) >= MIN_BUDGETS,
+                  f"{len(f.budgets)} budgets measured, {len(added[arm])} added this round; needs {MIN_BUDGETS}")
     for arm, budgets in added.items():
         for c in budgets:
             _new_budget(fronts[arm], rules[arm], c, grid, out)
@@ -491,11 +515,12 @@ def _new_budget(f: _Frontier, rule: LrRule | None, c: float, grid: np.ndarray, o
     central NEAR_SHAPES, each at the rule's lr (else the lr chosen at the nearest measured shape)."""
     out.new_budgets.append((f.family, f.variant, c))
     n_opt = math.exp(f.n_line[0] + f.n_line[1] * math.log(c))
-    half = GRID_POINTS // 2
-    for k in range(-half, GRID_POINTS - half):
-        n = n_opt * f.grid_ratio ** k
+    offsets = [0] + [s * k for k in range(1, 4 * GRID_POINTS) for s in (1, -1)]
+    shapes = sorted(out.shapes(n_opt, f.grid_ratio, offsets, GRID_POINTS))
+    centre = int(np.argmin([abs(math.log(n / n_opt)) for n in shapes]))
+    for i, n in enumerate(shapes):
         lr = snap(rule.at(n), grid) if rule is not None else min(f.lr_at, key=lambda t: abs(math.log(t[0] / n)))[1]
-        for seed in range(NEAR_SEEDS if abs(k) <= NEAR_SHAPES // 2 else 1):
+        for seed in range(NEAR_SEEDS if abs(i - centre) <= NEAR_SHAPES // 2 else 1):
             out.add(PlannedRun(f.family, f.variant, c, n, seed, lr, "budgets",
                                f"{f.family}/{f.variant}: new budget C={c:.3g} ({len(f.budgets)} measured, "
                                f"range {min(f.budgets):.3g}-{max(f.budgets):.3g}), shapes about the predicted "
@@ -550,3 +575,26 @@ def predictions(front: frontier.Frontier, budgets: list[tuple[str, str, float]],
                 row = {**dict(zip(frontier.ENTRY, e.key)), **predict_at(e.profiles, c, rng)}
                 out.setdefault(c, {"budget_flops": c, "entries": []})["entries"].append(row)
     return out
+
+
+# ---- reading a study ------------------------------------------------------------------------------------
+PLAN_COLUMNS = ("family", "variant", "budget_flops", "n_params", "seed", "lr", "value")
+
+
+def read_study(study_dir, resamples: int = 200, seed: int = 0) -> tuple[pl.DataFrame, frontier.Frontier]:
+    """A study's planner points (its runs' last validation nll_l2r, each with its spec's lr) and
+    its reported frontier (analysis.frontier on the records selection reports), as the report reads
+    them: judge runs out, one kind of weights."""
+    inputs = load([study_dir])
+    records, _ = fairness.compared_only(inputs.records)
+    records, _, _ = fairness.choose_weights(records, inputs.options)
+    final, _ = latest(records)
+    front = frontier.analyse(select(final).reported, resamples, seed)
+    if "budget_flops" not in final.columns or inputs.specs is None or "lr" not in inputs.specs.columns:
+        return pl.DataFrame(schema=dict.fromkeys(PLAN_COLUMNS, pl.Float64)), front
+    val = final.filter((pl.col("split") == SELECTION_SPLIT) & (pl.col("metric") == REFERENCE_METRIC)
+                       & pl.col("m").is_null() & pl.col("budget_flops").is_not_null())
+    lrs = inputs.specs.select("run_id", pl.col("lr").cast(pl.Float64)).unique("run_id")
+    points = val.join(lrs, on="run_id").select(*PLAN_COLUMNS).with_columns(
+        pl.col("budget_flops").cast(pl.Float64), pl.col("n_params").cast(pl.Float64))
+    return points, front

@@ -1,0 +1,298 @@
+"""`python -m scaling.rounds STUDY [--dry-run] [--max-rounds N] [--max-parallel N]`: a frontier study
+in rounds (issue 35). After a study is launched (`scaling.launch --preset frontier`, round 0), each
+round asks `analysis.frontier_plan` what the study still lacks (bracketed minima, overlapping
+frontiers, lr tuned near each minimum, seeds, budgets), trains it, and asks again, until every
+criterion holds or `--max-rounds` rounds are recorded.
+
+A round is written before it trains: first `predictions/<budget>.json` for every budget it adds
+outside the measured range (N_opt and L_opt with 95 % predictive intervals; never overwritten, so
+the prediction stays the one made before the data), then `rounds/round-<n>.json` (atomically: its
+runs by run id, each with the criterion and the reason it was added, its checks and its cost).
+The study is extended in place (its runs kept, ids stable: scaling.ledger.extends), so a relaunch
+resumes an unfinished round instead of planning another, and nothing is trained twice.
+`--dry-run` prints the next round (the unfinished one, or the one the planner would add) with its
+cost and writes nothing.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from cli import InputError, Parser, float_arg, int_arg, parse, run_main
+from jobs.run import files as runfiles
+from jobs.run.spec import RunSpec
+from models.ladder import core_params, get_shape, shape_for_params
+
+from analysis import DEFAULT_BOOTSTRAP, frontier_plan
+
+from . import ledger
+from .plan import RUN_OVERHEAD_S, S_PER_HOUR, cpu_hours, usable_cores
+from .recipes import GPT3_WARMUP_TOKENS, Budget, schedule
+from .study import Cell, StudySpec
+from .sweep import SWEEP_PREFIX, family_fpt
+
+ROUNDS_DIR = "rounds"
+PREDICTIONS_DIR = "predictions"
+DEFAULT_MAX_ROUNDS = 6
+DONE = "done"
+
+
+def round_files(study_dir: Path) -> list[Path]:
+    """`rounds/round-<n>.json` in round order."""
+    found = (study_dir / ROUNDS_DIR).glob("round-*.json")
+    return sorted(found, key=lambda p: int(p.stem.split("-")[1]) if p.stem.split("-")[1].isdigit() else -1)
+
+
+def read_round(path: Path) -> dict:
+    """A round file; InputError naming the fix when it is not one."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise InputError(f"rounds: {path} is not a readable round file; move it away and relaunch") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("runs"), list):
+        raise InputError(f"rounds: {path} has no `runs` list; move it away and relaunch")
+    return doc
+
+
+def unfinished(study_dir: Path) -> dict | None:
+    """The last round when some of its runs are not done (a killed round: it resumes)."""
+    files = round_files(study_dir)
+    if not files:
+        return None
+    doc = read_round(files[-1])
+    left = [r["run_id"] for r in doc["runs"] if ledger.view(study_dir, r["run_id"]).state != DONE]
+    return doc if left else None
+
+
+def budget_name(budget_flops: float) -> str:
+    """A budget as a file stem: 3e+11 -> '3e11'."""
+    return f"{budget_flops:.4g}".replace("e+", "e")
+
+
+# ---- from planned runs to cells ---------------------------------------------------------------------
+def existing_study(study_dir: Path) -> StudySpec:
+    """The study as its ledger holds it: study.json's settings and every run's spec.json."""
+    doc = ledger.read_study(study_dir)
+    if doc is None:
+        raise InputError(f"rounds: {study_dir} holds no study.json; launch the study first "
+                         "(python -m scaling.launch --preset frontier --study-dir ...)")
+    cells = tuple(Cell(ledger.load_spec(study_dir, r), tuple(sorted((doc["runs"][r].get("factors") or {}).items())), r)
+                  for r in doc["order"])
+    return StudySpec(str(doc["name"]), tuple(sorted((doc.get("settings") or {}).items())), cells)
+
+
+def _templates(study: StudySpec) -> dict[tuple[str, str], RunSpec]:
+    """Per (family, variant) a compared budget run to copy (its network, options, data, run fields)."""
+    out: dict[tuple[str, str], RunSpec] = {}
+    for cell in study.cells:
+        spec = cell.spec
+        if spec.role == "compared" and not spec.branch_from and dict(spec.tracking).get("budget_flops") is not None:
+            out.setdefault((spec.family, spec.variant), spec)
+    return out
+
+
+def shape_n(n_params: float) -> float:
+    """Core parameters of the shape the launcher trains for a wanted N (frontier_plan's `shape_n`)."""
+    return float(core_params(shape_for_params(n_params)))
+
+
+def _measured(study: StudySpec) -> dict[tuple, str]:
+    """(family, variant, budget, core parameters) -> the size label of the study's runs there."""
+    return {(c.spec.family, c.spec.variant, float(dict(c.spec.tracking).get("budget_flops") or 0),
+             float(core_params(get_shape(c.spec.size)))): c.spec.size for c in study.cells}
+
+
+def _spec(template: RunSpec, run: frontier_plan.PlannedRun, size: str, settings: dict, fpt) -> RunSpec:
+    """The planned run as a spec: `size` (the measured shape at its N, else the nearest), tokens = budget / the family's FLOPs per
+    token there, the study's batch and warm-up rule, the planned lr (tagged sweep_lr) and seed."""
+    tokens = max(1, int(run.budget_flops / fpt(template.family, dict(template.model_options), size)))
+    budget = Budget(seq_len=template.seq_len, tokens=tokens, batch_size=settings.get("batch_size"), lr=run.lr,
+                    warmup_steps=settings.get("warmup_steps"), max_steps=settings.get("max_steps"),
+                    warmup_tokens=settings.get("warmup_tokens", GPT3_WARMUP_TOKENS))
+    plan = schedule(size, budget)
+    tracking = {k: v for k, v in dict(template.tracking).items() if not k.startswith(SWEEP_PREFIX)}
+    tracking.update(budget_flops=run.budget_flops, plan_tokens=tokens, **{f"{SWEEP_PREFIX}lr": run.lr})
+    return template.replace(size=size, steps=plan.steps, lr=plan.lr, warmup_steps=plan.warmup_steps,
+                            batch_size=plan.batch_size, seed=run.seed, tracking=tracking, snapshot_steps="")
+
+
+def round_cells(study: StudySpec, plan: frontier_plan.RoundPlan) -> list[tuple[frontier_plan.PlannedRun, Cell]]:
+    """The plan's runs as new cells of the study (runs it already has, or two planned runs that
+    fall on one shape, are one run: keyed by run id)."""
+    settings = dict(study.settings)
+    fpt, _ = family_fpt({"tokenizer": settings["tokenizer"], "seq_len": settings["seq_len"]})
+    templates, have, measured, out = _templates(study), set(study.run_ids), _measured(study), []
+    for run in plan.runs:
+        template = templates.get((run.family, run.variant))
+        if template is None:
+            continue
+        size = measured.get((run.family, run.variant, float(run.budget_flops), float(run.n_params)),
+                            shape_for_params(run.n_params).label)
+        spec = _spec(template, run, size, settings, fpt)
+        if spec.run_id in have:
+            continue
+        have.add(spec.run_id)
+        factors = next(c.factors for c in study.cells if c.spec.family == run.family and c.spec.variant == run.variant)
+        out.append((run, Cell(spec, factors, spec.run_id)))
+    return out
+
+
+def resumed_cells(study: StudySpec, doc: dict) -> list[Cell]:
+    """A recorded round's cells from the specs it wrote (a round killed before its runs reached
+    the ledger still resumes as planned)."""
+    out = []
+    for row in doc["runs"]:
+        try:
+            spec = RunSpec.from_dict(dict(row["spec"]))
+        except (KeyError, TypeError, ValueError) as error:
+            raise InputError(f"rounds: round {doc.get('round')} run {row.get('run_id')}: its spec does not load "
+                             f"({str(error).splitlines()[0]}); move the round file away and relaunch") from None
+        factors = next((c.factors for c in study.cells if (c.spec.family, c.spec.variant) == (spec.family, spec.variant)),
+                       ())
+        out.append(Cell(spec, factors, spec.run_id))
+    return out
+
+
+def extended(study: StudySpec, cells: list[Cell]) -> StudySpec:
+    """The study with `cells` appended (its own runs first, in their order)."""
+    return replace(study, cells=study.cells + tuple(c for c in cells if c.run_id not in set(study.run_ids)))
+
+
+# ---- writing a round ----------------------------------------------------------------------------------
+def round_doc(number: int, plan: frontier_plan.RoundPlan, cells: list[tuple[frontier_plan.PlannedRun, Cell]]) -> dict:
+    """What `rounds/round-<n>.json` holds."""
+    return {"round": number, "cost_flops": sum(r.budget_flops for r, _ in cells),
+            "new_budgets": [{"family": f, "variant": v, "budget_flops": b} for f, v, b in plan.new_budgets],
+            "checks": [{"criterion": c.criterion, "subject": c.subject, "met": c.met, "detail": c.detail}
+                       for c in plan.checks],
+            "runs": [{"run_id": c.run_id, "family": r.family, "variant": r.variant, "size": c.spec.size,
+                      "n_params": core_params(get_shape(c.spec.size)), "seed": r.seed, "lr": r.lr,
+                      "budget_flops": r.budget_flops, "criterion": r.criterion, "reason": r.reason,
+                      "spec": c.spec.to_dict()} for r, c in cells]}
+
+
+def write_predictions(study_dir: Path, front, plan: frontier_plan.RoundPlan) -> list[Path]:
+    """`predictions/<budget>.json` for each budget the round adds outside the measured range; a
+    budget predicted before is kept as it was (the prediction made before its data)."""
+    written = []
+    for budget, doc in frontier_plan.predictions(front, list(plan.new_budgets)).items():
+        path = study_dir / PREDICTIONS_DIR / f"{budget_name(budget)}.json"
+        if path.exists():
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        runfiles.atomic_write_json(path, {**doc, "written_before_training": True})
+        written.append(path)
+    return written
+
+
+def describe(doc: dict, cores: int) -> str:
+    """The round's runs, why each was added, and its cost."""
+    runs = doc["runs"]
+    hours = cpu_hours(doc["cost_flops"], cores) + len(runs) * RUN_OVERHEAD_S / S_PER_HOUR / max(1, cores)
+    lines = [f"round {doc['round']}: {len(runs)} runs, {doc['cost_flops']:.3g} training FLOPs "
+             f"(~{hours:.2f} h on {cores} cores)"]
+    lines += [f"  {r['run_id']} {r['family']}/{r['variant']} C={r['budget_flops']:.3g} {r['size']} s{r['seed']} "
+              f"lr={r['lr']:g} [{r['criterion']}] {r['reason']}" for r in runs]
+    unmet = [c for c in doc.get("checks", []) if not c["met"]]
+    lines += [f"  unmet: {c['criterion']} {c['subject']}: {c['detail']}" for c in unmet]
+    return "\n".join(lines)
+
+
+def next_round(study_dir: Path, config: frontier_plan.PlanConfig, resamples: int) -> tuple[dict | None, StudySpec]:
+    """The unfinished round, or the one the planner adds (None when every criterion holds), and the
+    study extended by it."""
+    study = existing_study(study_dir)
+    pending = unfinished(study_dir)
+    if pending is not None:
+        return pending, extended(study, resumed_cells(study, pending))
+    points, front = frontier_plan.read_study(study_dir, resamples)
+    plan = frontier_plan.plan_round(points, config, shape_n)
+    cells = round_cells(study, plan)
+    if not cells:
+        return None, study
+    doc = round_doc(len(round_files(study_dir)) + 1, plan, cells)
+    doc["_front"], doc["_plan"] = front, plan  # for writing; dropped before the file
+    return doc, extended(study, [c for _, c in cells])
+
+
+def commit_round(study_dir: Path, doc: dict) -> None:
+    """Predictions first, then the round file (atomic): the round is then resumable."""
+    front, plan = doc.pop("_front", None), doc.pop("_plan", None)
+    if plan is not None:
+        doc["predictions"] = [str(p.relative_to(study_dir)) for p in write_predictions(study_dir, front, plan)]
+        path = study_dir / ROUNDS_DIR / f"round-{doc['round']}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        runfiles.atomic_write_json(path, doc)
+
+
+# ---- the command ----------------------------------------------------------------------------------------
+def parser() -> Parser:
+    p = Parser(prog="python -m scaling.rounds", description=__doc__.splitlines()[0], error_prefix="rounds")
+    p.add_argument("study", help="a frontier study directory (launched with scaling.launch)")
+    p.add_argument("--dry-run", action="store_true", help="print the next round and its cost; write nothing")
+    p.add_argument("--max-rounds", type=int_arg, default=DEFAULT_MAX_ROUNDS,
+                   help=f"rounds a study may record (default {DEFAULT_MAX_ROUNDS})")
+    p.add_argument("--max-parallel", type=int_arg, help="runs at once (default one per core)")
+    p.add_argument("--max-round-flops", type=float_arg, help="an upward budget is affordable within this "
+                   "(default: the study's training FLOPs so far)")
+    p.add_argument("--bootstrap", type=int_arg, default=DEFAULT_BOOTSTRAP, help="resamples of the final report")
+    p.add_argument("--no-report", action="store_true", help="train only; skip the final report")
+    return p
+
+
+def _train(study_dir: Path, study: StudySpec, args: Any) -> int:
+    """Extend the ledger by the round and train what is not done (scaling.launch's scheduler)."""
+    from . import launch  # noqa: PLC0415 - the launcher's training path, only when training
+
+    ledger.prepare(study_dir, study, extending=True)
+    flags = ["--study-dir", str(study_dir), "--no-report", "--no-progress"]
+    flags += ["--max-parallel", str(args.max_parallel)] if args.max_parallel else []
+    return launch.launch(launch.parser().parse_args(flags), study, study_dir)
+
+
+def rounds(args: Any) -> int:
+    """Plan, record and train rounds until every criterion holds or the cap (module doc)."""
+    study_dir = Path(args.study)
+    if not (study_dir / ledger.STUDY_FILE).is_file():
+        raise InputError(f"study: {study_dir} holds no {ledger.STUDY_FILE}; launch the study first")
+    config = frontier_plan.PlanConfig(max_round_flops=args.max_round_flops)
+    status = 0
+    while True:
+        doc, study = next_round(study_dir, config, args.bootstrap)
+        if doc is None:
+            print(f"study {study.name}: every criterion met after {len(round_files(study_dir))} round(s); nothing to add")
+            break
+        print(describe(doc, args.max_parallel or usable_cores()), flush=True)
+        if args.dry_run:
+            return 0
+        if "_plan" in doc and len(round_files(study_dir)) >= args.max_rounds:
+            print(f"study {study.name}: {args.max_rounds} rounds recorded (--max-rounds); not starting another")
+            break
+        commit_round(study_dir, doc)
+        status = _train(study_dir, study, args)
+        if status:
+            return status
+    if not args.no_report and not args.dry_run:
+        from .launch import write_report  # noqa: PLC0415 - imported only after training
+
+        print(f"report: {write_report(study_dir, args.bootstrap) / 'report.md'}")
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; exit status 2 on bad input with nothing written."""
+    args = parse(parser(), argv)
+    if isinstance(args, int):
+        return args
+    if args.max_rounds < 1 or not (args.max_round_flops is None or math.isfinite(args.max_round_flops)):
+        print("rounds: --max-rounds must be >= 1 and --max-round-flops finite", file=sys.stderr)
+        return 2
+    return run_main("rounds", lambda: rounds(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""scaling.rounds: a frontier study extended in rounds (the planner's runs as cells of the study,
+the round file and the held-out predictions written before training, a killed round resumed
+without training anything twice). Training is a stand-in that marks runs done and gives them
+values on a planted law, so no model trains here."""
+from __future__ import annotations
+
+import json
+import math
+
+import polars as pl
+import pytest
+
+from analysis import frontier, frontier_plan
+from jobs.run import files as runfiles
+from models.ladder import core_params, get_shape
+from scaling import ledger, rounds
+from scaling.study import build_study
+from tests.analysis import frontier_synth as fs
+
+
+class Killed(Exception):
+    """The stand-in trainer's kill."""
+
+
+@pytest.fixture
+def study(tmp_path, monkeypatch):
+    """AR's frontier preset at one budget, every run trained on the planted law; the trainer
+    stand-in records what it trains and can be killed after `kill_after` runs."""
+    spec = build_study({"preset": "frontier", "families": "ar", "budgets": [1e12], "name": "rounds-test"})
+    study_dir = tmp_path / "study"
+    ledger.prepare(study_dir, spec)
+    state = {"trained": [], "kill_after": None}
+
+    def train(run_ids):
+        for run_id in run_ids:
+            if ledger.view(study_dir, run_id).state == "done":
+                continue
+            if state["kill_after"] is not None and len(state["trained"]) >= state["kill_after"]:
+                state["kill_after"] = None
+                raise Killed
+            runfiles.write_status(ledger.run_dir(study_dir, run_id), "done", step=1, steps=1)
+            state["trained"].append(run_id)
+
+    def fake_train(directory, study_spec, args):
+        ledger.prepare(directory, study_spec, extending=True)
+        train(study_spec.run_ids)
+        return 0
+
+    def points(directory, resamples=200, seed=0):
+        rows = []
+        for run_id in ledger.study_run_ids(directory):
+            if ledger.view(directory, run_id).state != "done":
+                continue
+            s = ledger.load_spec(directory, run_id)
+            n, c = core_params(get_shape(s.size)), float(dict(s.tracking)["budget_flops"])
+            value = fs.loss(n, s.tokens) + fs.LR_PENALTY * math.log10(s.lr / fs.BEST_LR) ** 2
+            rows.append({"family": s.family, "variant": s.variant, "budget_flops": c, "n_params": float(n),
+                         "seed": s.seed, "lr": s.lr, "value": value})
+        return pl.DataFrame(rows), frontier.Frontier((), ())
+
+    monkeypatch.setattr(ledger, "_records_gap", lambda directory, steps: None)
+    monkeypatch.setattr(rounds, "_train", fake_train)
+    monkeypatch.setattr(frontier_plan, "read_study", points)
+    train(spec.run_ids)
+    state["trained"].clear()
+    return study_dir, state
+
+
+def _args(study_dir, **changes):
+    return rounds.parser().parse_args([str(study_dir), "--no-report", "--max-rounds", "1", *changes.get("extra", [])])
+
+
+def test_a_dry_run_prints_the_round_and_writes_nothing(study, capsys):
+    study_dir, state = study
+    before = sorted(p.name for p in study_dir.rglob("*"))
+    assert rounds.rounds(rounds.parser().parse_args([str(study_dir), "--dry-run"])) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("round 1: ") and "training FLOPs" in out and "[budgets]" in out
+    assert sorted(p.name for p in study_dir.rglob("*")) == before and not state["trained"]
+
+
+def test_a_round_extends_the_study_and_a_killed_round_resumes_without_training_twice(study):
+    study_dir, state = study
+    order = ledger.study_run_ids(study_dir)
+    state["kill_after"] = 3
+    with pytest.raises(Killed):
+        rounds.rounds(_args(study_dir))
+    doc = json.loads((study_dir / "rounds" / "round-1.json").read_text())
+    planned = [r["run_id"] for r in doc["runs"]]
+    assert len(planned) > 3 and all(r["reason"] and r["criterion"] for r in doc["runs"])
+    assert ledger.study_run_ids(study_dir)[:len(order)] == order  # the study's own runs kept, first
+    first = list(state["trained"])
+    assert rounds.rounds(_args(study_dir)) == 0  # the relaunch resumes round 1 (the cap is 1 round)
+    assert sorted(first + state["trained"][len(first):]) == sorted(planned)
+    assert len(state["trained"]) == len(set(state["trained"]))  # nothing trained twice
+    assert json.loads((study_dir / "rounds" / "round-1.json").read_text()) == doc
+    assert len(rounds.round_files(study_dir)) == 1
+
+
+def test_the_planned_runs_are_cells_at_their_budget_lr_and_shape(study):
+    study_dir, _ = study
+    doc, extended = rounds.next_round(study_dir, frontier_plan.PlanConfig(), 200)
+    assert doc is not None
+    by_id = {c.run_id: c.spec for c in extended.cells}
+    for row in doc["runs"]:
+        spec = by_id[row["run_id"]]
+        tags = dict(spec.tracking)
+        assert tags["budget_flops"] == row["budget_flops"] and tags["sweep_lr"] == spec.lr == row["lr"]
+        assert spec.size == row["size"] and spec.seed == row["seed"]
+
+
+def test_predictions_are_written_once_before_the_budget_trains(tmp_path):
+    front = frontier.analyse(fs.records(seeds=1).filter(pl.col("split") == "test"), resamples=20)
+    plan = frontier_plan.RoundPlan((), (), (("ar", "v", 3e14),))
+    first = rounds.write_predictions(tmp_path, front, plan)
+    assert [p.name for p in first] == ["3e14.json"]
+    doc = json.loads(first[0].read_text())
+    entry = doc["entries"][0]
+    assert doc["written_before_training"] and entry["family"] == "ar" and entry["n_opt"]["ci95"][0] is not None
+    assert rounds.write_predictions(tmp_path, front, plan) == []  # kept as first written
