@@ -267,18 +267,51 @@ def welch(points: pl.DataFrame, c: Contrast) -> tuple[float, float, float, float
     return d.mean, d.lo, d.hi, dof
 
 
-def verdict_md(preset: str, points: pl.DataFrame) -> str:
-    """The section's verdict line, its contrasts (Welch, unpaired) and the confounds it does not remove."""
+def paired(points: pl.DataFrame, plateau: pl.DataFrame | None, c: Contrast) -> tuple[float, float, float, int] | None:
+    """arm − base paired by seed: (mean, lo, hi, n) of the per-seed differences on the split and dataset
+    the points table reports, from the report's per-run values (tables/plateau.csv: nll_l2r and
+    nll_anyorder); None where they are absent, fewer than 2 seeds match, or a seed has several runs
+    (a sweep's candidates: which one was chosen is not in that table)."""
+    from analysis.stats import summarise  # noqa: PLC0415 - only when writing
+
+    if plateau is None or plateau.is_empty():
+        return None
+    per_arm = []
+    for label in (c.arm, c.base):
+        family, variant = label.split("/", 1)
+        arm = (pl.col("family") == family) & (pl.col("variant") == variant) & (pl.col("size") == c.size)
+        where = points.filter(arm & (pl.col("metric") == c.metric)).select("dataset", "split").unique()
+        if where.height != 1:
+            return None
+        dataset, split = where.row(0)
+        rows = plateau.filter(arm & (pl.col("metric") == c.metric) & (pl.col("dataset") == dataset)
+                              & (pl.col("split") == split))
+        if rows.is_empty() or rows["seed"].n_unique() != rows.height:
+            return None
+        per_arm.append(rows.select("seed", pl.col("value").alias(label)))
+    both = per_arm[0].join(per_arm[1], on="seed", how="inner")
+    if both.height < 2:
+        return None
+    d = summarise((both[c.arm] - both[c.base]).to_numpy())
+    return d.mean, d.lo, d.hi, d.n
+
+
+def verdict_md(preset: str, points: pl.DataFrame, plateau: pl.DataFrame | None = None) -> str:
+    """The section's verdict line, its contrasts (paired by seed where the report's per-run values allow,
+    else Welch from the arms' seed intervals, said to be unpaired) and the confounds it does not remove."""
     v = VERDICTS[preset]
     shown = []
     for c in v.contrasts:
-        d = welch(points, c)
-        if d is not None:
-            shown.append(f"{c.arm} − {c.base}, {c.metric} at {c.size}: {d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}] "
-                         f"(Welch, {d[3]:.1f} dof)")
-    contrast = ("; ".join(shown) + " (unpaired: the tables hold no per-seed values to pair)") if shown else "none yet"
+        what = f"{c.arm} − {c.base}, {c.metric} at {c.size}"
+        p = paired(points, plateau, c)
+        d = welch(points, c) if p is None else None
+        if p is not None:
+            shown.append(f"{what}: {p[0]:+.3f} [{p[1]:+.3f}, {p[2]:+.3f}] (paired by seed, n = {p[3]})")
+        elif d is not None:
+            shown.append(f"{what}: {d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}] (Welch, {d[3]:.1f} dof; unpaired: the "
+                         "tables hold no per-seed values to pair)")
     return (f"**Verdict: {v.word}.** Claim: {v.claim}. {v.why}.\n\n"
-            f"**Contrast.** {contrast}.\n\n"
+            f"**Contrast.** {'; '.join(shown) or 'none yet'}.\n\n"
             f"**Confounds it does not remove.** {'; '.join(v.confounds)}.\n\n")
 
 
@@ -439,7 +472,9 @@ def section_md(preset: str, run: dict, report_dir: Path) -> str:
     weights = f"**Weights scored** ({fits.get('weights', '?')}): {scored or 'not recorded'}.\n\n"
     stuck = (f"\n**Runs on the unigram plateau** ({len(plateau)}; their comparisons are not answers): "
              f"{', '.join(plateau) or 'none'}.\n")
-    out = [f"## {section.title}\n\n", f"**Question.** {section.question}\n\n", verdict_md(preset, points),
+    plateau_csv = report_dir / "tables" / "plateau.csv"
+    plateau_runs = pl.read_csv(plateau_csv) if plateau_csv.exists() else None
+    out = [f"## {section.title}\n\n", f"**Question.** {section.question}\n\n", verdict_md(preset, points, plateau_runs),
            f"**Command.** `{run['command']}`\n\n", wall, weights, answer, points_table(points, section.metrics),
            factorial_md(report_dir / "tables" / "factorial.csv"),
            ensemble_md(fits) if "nll_ensemble" in section.metrics else "",

@@ -119,3 +119,18 @@ def test_a_contrast_is_welchs_interval_from_the_two_arms_seed_intervals():
     assert (diff, dof) == (pytest.approx(0.5), pytest.approx(4.0))
     assert (lo, hi) == (pytest.approx(0.5 - half), pytest.approx(0.5 + half))
     assert review_book.welch(points, review_book.Contrast("m", "s", "a/x", "c/z")) is None
+
+
+def test_a_contrast_is_paired_by_seed_where_the_report_has_per_run_values():
+    import polars as pl
+
+    text = review_book.section_md("dec-enc-cpu", RUN, LAPTOP)  # the laptop report ships tables/plateau.csv
+    # MDLM − AO-GPT nll_l2r at 3/80/2: the two gaps to AR, 0.639 and 0.488, differ by 0.151 over the same seeds
+    assert "mdm/mdlm − aogpt/adaln+mix:0.1, nll_l2r at 3/80/2: +0.151 [" in text and "(paired by seed, n = 3)" in text
+    points = pl.read_csv(LAPTOP / "tables" / "points.csv")
+    plateau = pl.read_csv(LAPTOP / "tables" / "plateau.csv")
+    contrast = review_book.Contrast("nll_l2r", "3/80/2", "mdm/mdlm", "aogpt/adaln+mix:0.1")
+    swept = pl.concat([plateau, plateau.with_columns(run_id=pl.lit("other-lr"))])  # two candidates per seed
+    assert review_book.paired(points, plateau, contrast) is not None
+    assert review_book.paired(points, swept, contrast) is None  # which candidate was chosen is not in the table
+    assert "(Welch, " in review_book.verdict_md("dec-enc-cpu", points, swept)
