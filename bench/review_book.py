@@ -57,6 +57,7 @@ class Section:
     metrics: tuple[str, ...]
     caveats: tuple[str, ...]
     ema_effect: bool = False  # add the EMA - raw table (tables/ema_effect.csv)
+    scale: str = ""  # replaces the common caveat on model sizes and steps (COMMON_CAVEATS[1]) where it differs
 
 
 SECTIONS: dict[str, Section] = {
@@ -141,7 +142,9 @@ SECTIONS: dict[str, Section] = {
         "decay; every run also scores its raw weights.",
         ("nll_anyorder", "nll_l2r"),
         ("Past n = 8,991 updates 0.9999's decay keeps rising, to 0.99940 at 15,000: an average over ~1,670 steps "
-         "against 0.999's ~1,000, not the paper's 10,000.",), ema_effect=True),
+         "against 0.999's ~1,000, not the paper's 10,000.",), ema_effect=True,
+        scale="A model of 57k core parameters trained for 15,000 steps: the effect may change sign or size with "
+              "capacity and budget (the review's scale point); do not extrapolate."),
 }
 
 
@@ -472,6 +475,7 @@ def section_md(preset: str, run: dict, report_dir: Path) -> str:
     weights = f"**Weights scored** ({fits.get('weights', '?')}): {scored or 'not recorded'}.\n\n"
     stuck = (f"\n**Runs on the unigram plateau** ({len(plateau)}; their comparisons are not answers): "
              f"{', '.join(plateau) or 'none'}.\n")
+    common = [section.scale or c if i == 1 else c for i, c in enumerate(COMMON_CAVEATS)]
     plateau_csv = report_dir / "tables" / "plateau.csv"
     plateau_runs = pl.read_csv(plateau_csv) if plateau_csv.exists() else None
     out = [f"## {section.title}\n\n", f"**Question.** {section.question}\n\n", verdict_md(preset, points, plateau_runs),
@@ -481,7 +485,7 @@ def section_md(preset: str, run: dict, report_dir: Path) -> str:
            ema_md(report_dir / "tables" / "ema_effect.csv") if section.ema_effect else "",
            parallel_md(report_dir / "tables" / "parallel_decoding.csv"),
            repeats_md(report_dir / "tables" / "generation_repeats.csv"), stuck,
-           "\n**What this cannot say.**\n\n", *[f"- {c}\n" for c in (*section.caveats, *COMMON_CAVEATS)]]
+           "\n**What this cannot say.**\n\n", *[f"- {c}\n" for c in (*section.caveats, *common)]]
     return "".join(out)
 
 
