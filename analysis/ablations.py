@@ -41,9 +41,18 @@ def seed_table(final: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     return out.with_columns(se=pl.Series(se), lo=pl.Series(mean - tq * se), hi=pl.Series(mean + tq * se))
 
 
+BUDGET = "budget_flops"  # an isoFLOP study's compute budget: a size at another budget is another point
+
+
+def budget_keys(final: pl.DataFrame) -> list[str]:
+    """[budget_flops] when the records hold several budgets (a size trained at each is one row per
+    budget, n its runs there, never the mean over budgets), else []."""
+    return [BUDGET] if BUDGET in final.columns and final[BUDGET].drop_nulls().n_unique() > 1 else []
+
+
 def variant_table(final: pl.DataFrame) -> pl.DataFrame:
-    """Every (family, variant, size, dataset, split, metric, m) summarised over seeds."""
-    return seed_table(final, ["family", "variant", *GROUP[1:]])
+    """Every (family, variant, size, [budget,] dataset, split, metric, m) summarised over seeds."""
+    return seed_table(final, ["family", "variant", "size", *budget_keys(final), *GROUP[2:]])
 
 
 def option_tables(final: pl.DataFrame, options: pl.DataFrame | None) -> dict[str, pl.DataFrame]:
@@ -58,7 +67,8 @@ def option_tables(final: pl.DataFrame, options: pl.DataFrame | None) -> dict[str
             continue
         rows = joined.filter(pl.col("family").is_in(varying["family"].to_list()))
         name = col[len(OPTION_PREFIX):]
-        tables[name] = seed_table(rows.with_columns(pl.col(col).alias(name)), ["family", name, "variant", *GROUP[1:]])
+        tables[name] = seed_table(rows.with_columns(pl.col(col).alias(name)),
+                                  ["family", name, "variant", "size", *budget_keys(final), *GROUP[2:]])
     return tables
 
 

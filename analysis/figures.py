@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
-from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from analysis.cells import Cell  # noqa: E402
 from analysis.fits import CurveFit, predict  # noqa: E402
@@ -46,15 +46,24 @@ def plain(v: float, _pos=None) -> str:
     return f"{v:.3g}" if abs(v) < 1e15 else f"{v:.0e}"
 
 
-def _log_ticks(ax, axes: str = "xy") -> None:
-    """Plain-number labels on the log axes among `axes` (majors and the 2, 5 minors)."""
+MINOR_LABEL_DECADES = 2.0  # minor ticks (2, 5) are labelled only on log axes spanning at most this
+
+
+def log_ticks(ax, axes: str = "xy") -> None:
+    """Plain-number labels on the log axes among `axes`: the majors, and the 2 and 5 minors where
+    the axis spans at most MINOR_LABEL_DECADES (beyond that their labels would crowd; matplotlib's
+    own minor labels, "2×10⁴3×10⁴4×10⁴", run together). Call it after plotting."""
     for name in axes:
         axis = getattr(ax, f"{name}axis")
         if getattr(ax, f"get_{name}scale")() != "log":
             continue
+        lo, hi = sorted(getattr(ax, f"get_{name}lim")())
+        narrow = lo > 0 and np.log10(hi / lo) <= MINOR_LABEL_DECADES
         axis.set_major_formatter(FuncFormatter(plain))
         axis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
-        axis.set_minor_formatter(FuncFormatter(plain))
+        axis.set_minor_formatter(FuncFormatter(plain) if narrow else NullFormatter())
+
+
 
 
 def _png(fig) -> bytes:
@@ -121,7 +130,7 @@ def loss_vs_size(cells: list[Cell], fits: dict[tuple, CurveFit], title: str, x: 
             _fit_band(ax, fit, np.geomspace(xs.min(), xs.max() * 10, 100), family_colour(cell.key[0]))
     ax.set(xscale="log", yscale="log", xlabel=f"{x} (parameters)" if x.startswith("n_params") else x,
            ylabel=ylabel, title=title)
-    _log_ticks(ax)
+    log_ticks(ax)
     ax.legend(fontsize=7)
     return _png(fig)
 
@@ -133,7 +142,7 @@ def loss_vs_flops(cells: list[Cell], title: str, ylabel: str = "loss") -> bytes:
         _seed_band(ax, [p.x for p in cell.points], [p.array for p in cell.points], _who(*cell.key[:2]),
                    family_colour(cell.key[0]))
     ax.set(xscale="log", yscale="log", xlabel="training compute (FLOPs)", ylabel=ylabel, title=title)
-    _log_ticks(ax)
+    log_ticks(ax)
     ax.legend(fontsize=7)
     return _png(fig)
 
@@ -150,7 +159,7 @@ def gap_vs_size(gaps: list, title: str, x: str, unit: str = "nats/token") -> byt
     ax.axhline(0, color="grey", lw=0.8)
     ax.set(xscale="log", xlabel=f"{x} (parameters)" if x.startswith("n_params") else x,
            ylabel=f"Δ = family − AR nll_l2r ({unit})", title=title)
-    _log_ticks(ax, "x")
+    log_ticks(ax, "x")
     ax.legend(fontsize=7)
     return _png(fig)
 
@@ -167,7 +176,7 @@ def nll_vs_m(study, unit: str = "nats/token") -> bytes:
             ax.plot(grid, curve.predict(grid), "--", color=line.get_color(), lw=1)
     ax.set(xscale="log", xlabel="ensemble size M", ylabel=f"nll_ensemble ({unit})",
            title=f"{_who(study.family, study.variant)} {study.dataset}/{study.split}")
-    _log_ticks(ax, "x")
+    log_ticks(ax, "x")
     ax.legend(fontsize=7, title="model size")
     return _png(fig)
 
@@ -185,6 +194,6 @@ def training_curves(curves: pl.DataFrame, labels: pl.DataFrame) -> bytes:
         ax.plot([], [], color=colour, label=fam)
     ax.set(xlabel="optimizer step", ylabel="training loss (line) and validation loss (dots)", title="training curves",
            yscale="log")
-    _log_ticks(ax, "y")
+    log_ticks(ax, "y")
     ax.legend(fontsize=7)
     return _png(fig)

@@ -14,8 +14,9 @@ import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
 from analysis import frontier, io, sections  # noqa: E402
-from analysis.figures import _png  # noqa: E402
+from analysis.figures import _png, log_ticks  # noqa: E402
 from analysis.report import Block, interval, num  # noqa: E402
+from analysis.scope import token_unit  # noqa: E402
 from analysis.selection import SWEEP_PREFIX, Selection  # noqa: E402
 
 FIGURE_METRIC = "nll_l2r"  # the metric the frontier figures draw (every family reports it)
@@ -30,9 +31,27 @@ class FrontierReport:
     figures: tuple[Block, ...]
 
 
+_LAST: list = []  # the last analysis: (its records frame, resamples, seed, Frontier); the frame kept alive
+
+
+def analysed(reported: pl.DataFrame, resamples: int, seed: int) -> frontier.Frontier:
+    """`frontier.analyse` of these records, once per report: the summary's lead and the frontier
+    section read one analysis (the frame itself is the key, held so its identity is not reused)."""
+    if _LAST and _LAST[0][0] is reported and _LAST[0][1:3] == (resamples, seed):
+        return _LAST[0][3]
+    front = frontier.analyse(reported, resamples, seed)
+    _LAST[:] = [(reported, resamples, seed, front)]
+    return front
+
+
+def unit_of(reported: pl.DataFrame) -> str:
+    """The loss unit of the records (nats/byte under the bytes tokenizer, else nats/token)."""
+    return token_unit(reported) if not reported.is_empty() else "nats/token"
+
+
 def build(selection: Selection | None, reported: pl.DataFrame, resamples: int, seed: int) -> FrontierReport:
     """Frontier entries from the reported (selected) records, and their report blocks."""
-    front = frontier.analyse(reported, resamples, seed)
+    front = analysed(reported, resamples, seed)
     chosen = selection.chosen if selection is not None else pl.DataFrame()
     warnings = (selection.warnings if selection is not None else ()) + front.warnings
     notes = selection.notes if selection is not None else ()
@@ -45,7 +64,7 @@ def build(selection: Selection | None, reported: pl.DataFrame, resamples: int, s
     if warnings:
         blocks.append(Block("list", text="warnings", rows=tuple((w,) for w in warnings)))
     blocks += _chosen_table(chosen) + _frontier_tables(front)
-    return FrontierReport(doc, tuple(blocks), tuple(_figures(front)))
+    return FrontierReport(doc, tuple(blocks), tuple(_figures(front, unit_of(reported))))
 
 
 def _chosen_table(chosen: pl.DataFrame) -> list[Block]:
@@ -91,23 +110,24 @@ def _frontier_tables(front: frontier.Frontier) -> list[Block]:
     return out
 
 
-def _figures(front: frontier.Frontier) -> list[Block]:
+def _figures(front: frontier.Frontier, unit: str = "nats/token") -> list[Block]:
     shown = [e for e in front.entries if e.key[4] == FIGURE_METRIC]
-    blocks = [sections.fig(f"isoflop_{io.safe_name(*e.key)}.png", isoflop_png(e),
+    blocks = [sections.fig(f"isoflop_{io.safe_name(*e.key)}.png", isoflop_png(e, unit),
                            f"isoFLOP profiles {'/'.join(map(str, e.key))}: per-seed points, fitted parabolas, minima")
               for e in shown]
     for split in sorted({e.key[3] for e in shown}):
         part = [e for e in shown if e.key[3] == split]
-        blocks.append(sections.fig(f"l_opt_vs_c_{split}.png", l_opt_png(part),
+        blocks.append(sections.fig(f"l_opt_vs_c_{split}.png", l_opt_png(part, unit),
                                    f"L_opt vs training FLOPs C ({FIGURE_METRIC}, {split}; 95 % bands)"))
         if any(e.multipliers for e in part):
-            blocks.append(sections.fig(f"k_vs_loss_{split}.png", k_png(part),
+            blocks.append(sections.fig(f"k_vs_loss_{split}.png", k_png(part, unit),
                                        f"compute multiplier k vs loss ({FIGURE_METRIC}, {split}; open: extrapolated)"))
     return blocks
 
 
-def isoflop_png(entry: frontier.Entry) -> bytes:
-    """Loss vs N per budget, each budget's parabola and its minimum."""
+def isoflop_png(entry: frontier.Entry, unit: str = "nats/token") -> bytes:
+    """Loss vs N per budget, each budget's parabola and its minimum (plain log ticks that do not
+    overlap; the y axis in the records' unit)."""
     fig, ax = plt.subplots(figsize=(5.5, 4))
     for p, color in zip(entry.profiles, plt.cm.viridis(np.linspace(0, 0.9, len(entry.profiles)))):
         pts = entry.points.filter(pl.col("budget_flops") == p.budget_flops)
@@ -118,12 +138,13 @@ def isoflop_png(entry: frontier.Entry) -> bytes:
             ax.plot(np.exp(x + centre), a + b * x + c * x * x, "-", lw=1, color=color)
         if math.isfinite(p.n_opt):
             ax.plot([p.n_opt], [p.l_opt], "*", ms=10, color=color, mec="k")
-    ax.set(xscale="log", xlabel="core non-embedding parameters N", ylabel=f"{entry.key[4]} (nats per token)")
+    ax.set(xscale="log", xlabel="core non-embedding parameters N", ylabel=f"{entry.key[4]} ({unit})")
+    log_ticks(ax, "x")
     _legend(ax)
     return _png(fig)
 
 
-def l_opt_png(entries: list[frontier.Entry]) -> bytes:
+def l_opt_png(entries: list[frontier.Entry], unit: str = "nats/token") -> bytes:
     """L_opt against C per family with its 95 % interval band."""
     fig, ax = plt.subplots(figsize=(5.5, 4))
     for e in entries:
@@ -136,12 +157,13 @@ def l_opt_png(entries: list[frontier.Entry]) -> bytes:
         hi = [p["l_opt"]["ci95"][1] for p in ok]
         if None not in lo + hi:
             ax.fill_between(cs, lo, hi, color=line.get_color(), alpha=0.2, lw=0)
-    ax.set(xscale="log", xlabel="training FLOPs C", ylabel="L_opt (nats per token)")
+    ax.set(xscale="log", xlabel="training FLOPs C", ylabel=f"L_opt ({unit})")
+    log_ticks(ax, "x")
     _legend(ax)
     return _png(fig)
 
 
-def k_png(entries: list[frontier.Entry]) -> bytes:
+def k_png(entries: list[frontier.Entry], unit: str = "nats/token") -> bytes:
     """k on charged FLOPs against loss per any-order family, with 95 % interval bars; extrapolated
     points open (the core count is in the table)."""
     fig, ax = plt.subplots(figsize=(5.5, 4))
@@ -155,7 +177,8 @@ def k_png(entries: list[frontier.Entry]) -> bytes:
             ax.plot([k["loss"] for k in charged], [k["k"] for k in charged], "-", lw=1,
                     color=f"C{entries.index(e)}", label=f"{e.key[0]}/{e.key[1]} (charged FLOPs)")
     ax.axhline(1.0, color="grey", lw=0.8, ls=":")
-    ax.set(yscale="log", xlabel="matched loss (nats per token)", ylabel="k = C_family / C_AR")
+    ax.set(yscale="log", xlabel=f"matched loss ({unit})", ylabel="k = C_family / C_AR")
+    log_ticks(ax, "y")
     _legend(ax)
     return _png(fig)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import polars as pl
 
 from analysis import fairness, generation
-from analysis.ablations import option_title, seed_table
+from analysis.ablations import BUDGET, option_title, seed_table
 from analysis.cells import CONDITION_KEYS, conditioned
 from analysis.fits import CurveFit
 from analysis.report import Block, interval, num
@@ -124,11 +124,14 @@ def summary_rows(frame: pl.DataFrame, keys: list[str]) -> list[list[str]]:
 
 def ablation_section(variants: pl.DataFrame, options: dict[str, pl.DataFrame], factorial: pl.DataFrame | None) -> list[Block]:
     """Variant, option and factorial tables."""
-    keys = ["family", "variant", "size", "dataset", "split", "metric", *CONDITION_KEYS]
-    out = [h("Ablations"), h("All variants (seed summaries)", 3),
-           table([*keys, "mean [95% CI] (n seeds)"], summary_rows(variants, keys))]
+    budget = [BUDGET] if BUDGET in variants.columns else []
+    keys = ["family", "variant", "size", *budget, "dataset", "split", "metric", *CONDITION_KEYS]
+    out = [h("Ablations"), h("All variants (seed summaries" + (", one row per compute budget" if budget else "") + ")", 3),
+           table([*keys, "mean [95% CI] (n seeds)"], summary_rows(_budget_text(variants), keys))]
     for name, frame in options.items():
-        okeys = ["family", name, "variant", "size", "dataset", "split", "metric"]
+        frame = _budget_text(frame)
+        okeys = ["family", name, "variant", "size", *([BUDGET] if BUDGET in frame.columns else []), "dataset", "split",
+                 "metric"]
         out += [h(f"{option_title(name)} (spec option '{name}'; nll_anyorder and nll_l2r side by side)", 3),
                 table([*okeys, "mean [95% CI] (n seeds)"], summary_rows(frame.sort(okeys, nulls_last=True), okeys))]
     if factorial is not None:
@@ -140,6 +143,13 @@ def ablation_section(variants: pl.DataFrame, options: dict[str, pl.DataFrame], f
                       [[str(r[k]) for k in fkeys] + [interval(r["estimate"], r["lo"], r["hi"], r["n"])]
                        for r in factorial.iter_rows(named=True)])]
     return out
+
+
+def _budget_text(frame: pl.DataFrame) -> pl.DataFrame:
+    """The budget column as '1e+12' (a size-axis table of an isoFLOP study: one row per budget)."""
+    if BUDGET not in frame.columns:
+        return frame
+    return frame.with_columns(pl.col(BUDGET).map_elements(lambda v: f"{v:.3g}", return_dtype=pl.String))
 
 
 NETWORK_OPTIONS = ("opt_norm", "opt_qk_norm", "opt_tie_head", "opt_pos", "opt_ema")  # spec.json fields shown per arm

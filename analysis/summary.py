@@ -5,7 +5,9 @@ at each size with its interval and n and what it says (AR better, family better,
 the trend of the gap over the measured span of x, the multiplier k(x) only where it interpolates
 inside both curves' measured ranges (an extrapolated k never appears here), the ensemble gain at
 the largest size, the study's scope (`analysis.scope`), and warnings (runs on the unigram plateau, fits at a bound or
-not identifiable, sizes missing seeds, runs without records, sets that were not evaluated).
+not identifiable, sizes missing seeds, runs without records, sets that were not evaluated). A frontier (isoFLOP)
+study's summary opens with its frontier (`analysis.frontier_lead`: k with its interval and loss range, L_opt and
+N_opt per budget, exponents, bracketing, lr per cell, held-out budgets) before the per-size gaps.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from analysis import frontier_figures, frontier_lead
 from analysis.fairness import BASELINE_METRIC, PLATEAU_MARGIN_NATS, numerics_warnings
 from analysis.gap import REFERENCE_FAMILY, REFERENCE_METRIC
 from analysis.multiplier import headline
@@ -31,6 +34,7 @@ class Summary:
     split: str
     answer: tuple[str, ...]
     warnings: tuple[str, ...]
+    lead: tuple[Block, ...] = ()  # a frontier study's frontier, shown first
 
 
 def signed(v: float | None, digits: int = 3) -> str:
@@ -222,13 +226,23 @@ def build_summary(a) -> Summary:
     if a.inputs.missing_runs:
         warnings.append(f"{len(a.inputs.missing_runs)} run(s) have no eval.parquet: {_listing(list(a.inputs.missing_runs))}.")
     warnings += [f"{n}." for n in a.notes if not n.startswith(("run without eval.parquet", "no nll_unigram records"))]
-    return Summary(dataset, split, tuple(answer), tuple(warnings))
+    return Summary(dataset, split, tuple(answer), tuple(warnings), tuple(frontier_first(a, unit)))
+
+
+def frontier_first(a, unit: str) -> list[Block]:
+    """The frontier lead of an isoFLOP study (records planned by budget), else nothing."""
+    final = a.final
+    if final is None or "budget_flops" not in final.columns or final["budget_flops"].drop_nulls().is_empty():
+        return []
+    front = frontier_figures.analysed(final, a.bootstrap, a.seed)
+    return frontier_lead.lead_blocks(front, final, getattr(a.inputs, "specs", None), unit,
+                                     getattr(a.inputs, "study_dir", None))
 
 
 def summary_blocks(s: Summary) -> list[Block]:
     """The summary as report blocks: a heading, the answer and the warnings as bullet lists."""
     where = f" on {s.dataset}/{s.split}" if s.dataset else ""
-    out = [Block("h", text=f"Summary{where} (95 % intervals; n = seeds)"),
+    out = list(s.lead) + [Block("h", text=f"Summary{where} (95 % intervals; n = seeds)"),
            Block("list", text="answer", rows=tuple((t,) for t in s.answer))]
     if s.warnings:
         out.append(Block("list", text="warnings", rows=tuple((t,) for t in s.warnings)))
