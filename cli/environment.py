@@ -8,7 +8,7 @@ cannot be imported. The readers (`kernels_enabled`, `numerics_change_allowed`, `
 `rank`, `local_rank`, `pipeline_ref`, `Variable.read`) apply the same rule where a library call
 meets the variable without a command around it. Variables aoscale only sets for its workers
 (TOKENIZERS_PARALLELISM, OMP_NUM_THREADS under Ray) are listed with the rule a value given to it
-must meet. `AOSCALE_FAULT` is for the kill tests only (jobs.run.faults).
+must meet. `AOSCALE_FAULT` is for the kill tests only (cli.faults).
 """
 from __future__ import annotations
 
@@ -205,6 +205,11 @@ RANK = Variable("RANK", "a whole number >= 0, below WORLD_SIZE", "this process's
                 _count(0), 0, "jobs.train, jobs.pipeline")
 LOCAL_RANK = Variable("LOCAL_RANK", "a whole number >= 0, below WORLD_SIZE", "this process's GPU on its node",
                       _count(0), 0, "jobs.run.device")
+HF_HUB_OFFLINE = Variable("HF_HUB_OFFLINE", "1, true, yes, on or 0, false, no, off", "no Hugging Face downloads",
+                          _hf_bool, False, "jobs.train.preflight, jobs.data.datasets")
+HF_DATASETS_OFFLINE = Variable("HF_DATASETS_OFFLINE", "1, true, yes, on or 0, false, no, off",
+                               "no Hugging Face dataset downloads", _hf_bool, False,
+                               "jobs.train.preflight, jobs.data.datasets")
 VARIABLES: tuple[Switch | Variable, ...] = (
     *SWITCHES, PIPELINE, WORLD_SIZE, RANK, LOCAL_RANK,
     Variable("AOSCALE_ANALYSIS_WORKERS", "a whole number >= 1", "processes the report's fits use",
@@ -218,15 +223,12 @@ VARIABLES: tuple[Switch | Variable, ...] = (
     Variable("AOSCALE_DATA", "an existing folder", "local copies of evaluation sets", _existing_folder, None,
              "jobs.data.datasets, jobs.eval"),
     Variable("AOSCALE_FAULT", "a fault point's name (letters, digits, _ . -)", "kill this process at that point "
-             "(tests only)", _pattern(ID), None, "jobs.run.faults", test_only=True),
+             "(tests only)", _pattern(ID), None, "cli.faults", test_only=True),
     Variable("OMP_NUM_THREADS", "a whole number >= 1 (or OpenMP's per-level list, 4,2)", "threads per process",
              _threads, None, "torch; set by jobs.executors.ray_tune"),
     Variable("CUDA_VISIBLE_DEVICES", "GPU indices or GPU-/MIG- UUIDs, comma-separated ('' or -1: none)",
              "the GPUs this process may use", _devices, None, "jobs.executors.local"),
-    Variable("HF_HUB_OFFLINE", "1, true, yes, on or 0, false, no, off", "no Hugging Face downloads", _hf_bool,
-             False, "jobs.train.preflight, jobs.data.datasets"),
-    Variable("HF_DATASETS_OFFLINE", "1, true, yes, on or 0, false, no, off", "no Hugging Face dataset downloads",
-             _hf_bool, False, "jobs.train.preflight, jobs.data.datasets"),
+    HF_HUB_OFFLINE, HF_DATASETS_OFFLINE,
     Variable("TIKTOKEN_CACHE_DIR", "a folder (made when missing), not a file", "tiktoken's encodings", _folder,
              None, "jobs.data.tokenizers"),
     Variable("TOKENIZERS_PARALLELISM", "true, false, 1 or 0", "tokenizer threads (aoscale sets false)",
@@ -248,6 +250,12 @@ VARIABLES: tuple[Switch | Variable, ...] = (
              "jobs.run.files"),
     Variable("SLURM_ARRAY_TASK_ID", "a whole number", "the array task of this run", _count(0), None,
              "jobs.run.files"),
+    Variable("SLURM_PROCID", "a whole number", "this task's rank under srun (becomes RANK)", _count(0), None,
+             "jobs.train.engines"),
+    Variable("SLURM_NTASKS", "a whole number >= 1", "tasks under srun (becomes WORLD_SIZE)", _count(1), None,
+             "jobs.train.engines"),
+    Variable("SLURM_LOCALID", "a whole number", "this task's GPU on its node under srun (becomes LOCAL_RANK)",
+             _count(0), None, "jobs.train.engines"),
     Variable("CC", "a C compiler command", "the compiler of the CPU kernels", _pattern(r"\S.*"), "cc",
              "models.kernels"),
     Variable("PYTHONPATH", "folders separated by ':'", "passed on to the report's workers", str, None,
@@ -291,6 +299,11 @@ def rank() -> int:
 def local_rank() -> int:
     """`LOCAL_RANK`: this process's GPU index on its node (0 when unset)."""
     return LOCAL_RANK.read()
+
+
+def hf_offline() -> bool:
+    """`HF_HUB_OFFLINE` or `HF_DATASETS_OFFLINE` on: no Hugging Face downloads."""
+    return HF_HUB_OFFLINE.read() or HF_DATASETS_OFFLINE.read()
 
 
 def pipeline_ref() -> str:

@@ -20,6 +20,7 @@ import numpy as np
 import tiktoken
 import torch
 
+from cli.environment import hf_offline
 from jobs.data import corpus as data
 from jobs.data.suites import SUITES, parse_eval_suite  # noqa: F401 - parse_eval_suite: this module's API too
 
@@ -144,7 +145,7 @@ HUB_PROBE_S = 3.0  # a reachable Hub answers a TCP connect well within this
 def _hub_unreachable() -> str | None:
     """Why the Hub cannot be reached (None when it can): one quick connect per process, so an
     offline machine learns it at once instead of after `datasets`' ~30 s of retries."""
-    if os.environ.get("HF_DATASETS_OFFLINE") == "1" or os.environ.get("HF_HUB_OFFLINE") == "1":
+    if hf_offline():
         return "HF_DATASETS_OFFLINE/HF_HUB_OFFLINE is set"
     try:
         socket.create_connection(HUB_HOST, timeout=HUB_PROBE_S).close()

@@ -7,12 +7,12 @@ whether the model's block stack goes through `torch.compile` (`use_compile`).
 """
 from __future__ import annotations
 
-import os
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import torch
 
+from cli import environment
 from jobs.run.cpu_compile import compile_pays
 
 CPU_EVAL_BATCH = 8  # sequences per forward on the CPU: larger batches are no faster there
@@ -26,7 +26,7 @@ def pick_device(cuda: bool | None = None, local_rank: int | None = None) -> torc
     cuda = torch.cuda.is_available() if cuda is None else cuda
     if not cuda:
         return torch.device("cpu")
-    rank = int(os.environ.get("LOCAL_RANK", 0)) if local_rank is None else local_rank
+    rank = environment.local_rank() if local_rank is None else local_rank
     return torch.device("cuda", rank)
 
 

@@ -27,7 +27,7 @@ import torch
 
 from jobs.run.files import MANIFEST_FILE, append_metrics, atomic_write_json
 from jobs.run.spec import RunSpec
-from cli import rules
+from cli import environment, rules
 
 PACKAGES = ("torch", "numpy", "deepspeed", "tiktoken", "polars", "wandb", "aoscale")
 DEFAULT_PROJECT = "aoscale"
@@ -56,7 +56,7 @@ def check_tracking(table: dict[str, Any], where: str = "tracking") -> dict[str, 
 
 def wandb_enabled(spec: RunSpec) -> bool:
     """True when wandb is asked for (spec.tracking wandb=true or AOSCALE_WANDB=1) and installed."""
-    asked = bool(dict(spec.tracking).get("wandb", False)) or os.environ.get("AOSCALE_WANDB") == "1"
+    asked = bool(dict(spec.tracking).get("wandb", False)) or environment.WANDB.read()
     if not asked:
         return False
     try:

@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
+from cli.environment import world_size
 from jobs.train import ds_config
 from jobs.train.checkpoint import MODEL_FILE, load_file, save_file
 from jobs.run.device import pick_device, use_bf16, use_compile
@@ -81,7 +82,7 @@ class TorchEngine:
     config = None  # no engine config (DeepSpeed's is recorded in the manifest)
 
     def __init__(self, model: nn.Module, spec: RunSpec):
-        if int(os.environ.get("WORLD_SIZE", 1)) > 1:
+        if world_size() > 1:
             raise ValueError("engine: 'torch' runs in one process; launch with --engine deepspeed "
                              "for several ranks")
         self.device = pick_device()

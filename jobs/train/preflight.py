@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from cli import InputError
+from cli.environment import hf_offline, world_size
 from jobs.data import corpus as data
 from jobs.data.datasets import parse_eval_suite
 from jobs.train.rules import check_run_dir, validate
@@ -173,7 +174,7 @@ def _resolve_hub(corpus: str) -> None:
         raise InputError(f"corpus: {corpus!r} is not shakespeare or a local path, and loading it from the Hugging "
                          "Face Hub needs the hf extra (pip install aoscale[hf])") from None
     name, _, config = corpus.partition(":")
-    offline = any(os.environ.get(v, "0") not in ("", "0") for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    offline = hf_offline()
     if not offline and not _hub_reachable():
         raise InputError(f"corpus: {corpus!r} is not shakespeare or a local path, and the Hugging Face Hub "
                          f"({HUB_HOST}) cannot be reached; check the network, or use a local .txt/.jsonl path")
@@ -288,7 +289,7 @@ def check_run(run_dir: Path, spec: RunSpec, *, memory: bool = True) -> None:
     except ValueError as error:
         raise InputError(str(error)) from None
     if memory:
-        check_memory(spec, int(os.environ.get("WORLD_SIZE", 1)))
+        check_memory(spec, world_size())
     check_data(spec.corpus, spec.tokenizer, spec.seq_len, spec.text_field)
 
 
