@@ -44,7 +44,7 @@ def test_a_bad_analysis_worker_count_is_refused_before_training(workers, tmp_pat
     code, out, err = run_cli(["--no-progress"], capsys)
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1, err
-    assert lines[0].startswith(f"launch: AOSCALE_ANALYSIS_WORKERS: '{workers}' is not a whole number >= 1"), err
+    assert lines[0].startswith(f"launch: AOSCALE_ANALYSIS_WORKERS={workers!r}: expected a whole number >= 1"), err
     assert listing(tmp_path) == []
 
 
