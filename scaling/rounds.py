@@ -9,7 +9,9 @@ outside the measured range (N_opt and L_opt with 95 % predictive intervals; neve
 the prediction stays the one made before the data), then `rounds/round-<n>.json` (atomically: its
 runs by run id, each with the criterion and the reason it was added, its checks and its cost).
 The study is extended in place (its runs kept, ids stable: scaling.ledger.extends), so a relaunch
-resumes an unfinished round instead of planning another, and nothing is trained twice.
+resumes an unfinished round instead of planning another, and nothing is trained twice. Once a
+round is recorded the study is no longer the preset's plan: resume it with this command (scaling.launch
+refuses it as another study); scaling.status and analysis.fit_curves read it as any study.
 `--dry-run` prints the next round (the unfinished one, or the one the planner would add) with its
 cost and writes nothing.
 """
@@ -27,7 +29,7 @@ from jobs.run import files as runfiles
 from jobs.run.spec import RunSpec
 from models.ladder import core_params, get_shape, shape_for_params
 
-from analysis import DEFAULT_BOOTSTRAP, frontier_plan
+from analysis import DEFAULT_BOOTSTRAP, MIN_BOOTSTRAP, frontier_plan
 
 from . import ledger
 from .plan import RUN_OVERHEAD_S, S_PER_HOUR, cpu_hours, usable_cores
@@ -39,6 +41,7 @@ ROUNDS_DIR = "rounds"
 PREDICTIONS_DIR = "predictions"
 DEFAULT_MAX_ROUNDS = 6
 DONE = "done"
+ENTRY_KEYS = ("family", "variant", "dataset", "split", "metric")  # a prediction's frontier entry
 
 
 def round_files(study_dir: Path) -> list[Path]:
@@ -176,15 +179,23 @@ def round_doc(number: int, plan: frontier_plan.RoundPlan, cells: list[tuple[fron
 
 
 def write_predictions(study_dir: Path, front, plan: frontier_plan.RoundPlan) -> list[Path]:
-    """`predictions/<budget>.json` for each budget the round adds outside the measured range; a
-    budget predicted before is kept as it was (the prediction made before its data)."""
+    """`predictions/<budget>.json` for each budget the round adds outside the measured range. An
+    entry predicted before is kept as it was (the prediction made before its data); a family new to
+    the budget is added beside it."""
     written = []
     for budget, doc in frontier_plan.predictions(front, list(plan.new_budgets)).items():
         path = study_dir / PREDICTIONS_DIR / f"{budget_name(budget)}.json"
-        if path.exists():
+        try:
+            old = runfiles.read_json(path, default=None)
+        except (OSError, ValueError):
+            raise InputError(f"rounds: {path} is not a readable prediction; move it away and relaunch") from None
+        kept = old.get("entries", []) if isinstance(old, dict) else []
+        seen = {tuple(e.get(k) for k in ENTRY_KEYS) for e in kept}
+        new = [e for e in doc["entries"] if tuple(e.get(k) for k in ENTRY_KEYS) not in seen]
+        if not new:
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
-        runfiles.atomic_write_json(path, {**doc, "written_before_training": True})
+        runfiles.atomic_write_json(path, {**doc, "entries": kept + new, "written_before_training": True})
         written.append(path)
     return written
 
@@ -262,7 +273,7 @@ def rounds(args: Any) -> int:
     config = frontier_plan.PlanConfig(max_round_flops=args.max_round_flops)
     status = 0
     while True:
-        doc, study = next_round(study_dir, config, args.bootstrap)
+        doc, study = next_round(study_dir, config, MIN_BOOTSTRAP)  # the plan reads no Approach-3 interval
         if doc is None:
             print(f"study {study.name}: every criterion met after {len(round_files(study_dir))} round(s); nothing to add")
             break

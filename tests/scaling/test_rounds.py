@@ -118,3 +118,7 @@ def test_predictions_are_written_once_before_the_budget_trains(tmp_path):
     entry = doc["entries"][0]
     assert doc["written_before_training"] and entry["family"] == "ar" and entry["n_opt"]["ci95"][0] is not None
     assert rounds.write_predictions(tmp_path, front, plan) == []  # kept as first written
+    both = frontier_plan.RoundPlan((), (), (("ar", "v", 3e14), ("aogpt", "v", 3e14)))
+    assert rounds.write_predictions(tmp_path, front, both) == first  # the new family added beside it
+    entries = json.loads(first[0].read_text())["entries"]
+    assert [e["family"] for e in entries] == ["ar", "aogpt"] and entries[0] == entry
