@@ -56,6 +56,7 @@ GRID_POINTS = 5  # shapes of a new budget
 MIN_RULE_CELLS = 3  # swept cells with an interior lr that a family's lr(N) rule is fitted on
 DEFAULT_GRID_RATIO = 1.6
 DEFAULT_BUDGET_RATIO = math.sqrt(10.0)
+LR_MANTISSAS = (1.0, 3.0)  # the lr grid per decade when a study trained a single value
 
 
 @dataclass(frozen=True)
@@ -187,10 +188,12 @@ def _profile(family: str, variant: str, budget: float, rows: list[tuple]) -> Pro
 
 # ---- the lr grid and rule ---------------------------------------------------------------------------
 def lr_grid(points: pl.DataFrame, config: PlanConfig) -> np.ndarray:
-    """Every lr the study may train: the sweep's values per decade (mantissas), over 12 decades."""
+    """Every lr the study may train: the sweep's values per decade (mantissas; the 1-3 grid where the
+    study trained one), over 12 decades."""
     mantissas = config.lr_mantissas or tuple(sorted({round(v / 10 ** math.floor(math.log10(v) + 1e-9), 6)
                                                      for v in points["lr"].unique().to_list()}))
-    return np.array(sorted(m * 10.0 ** e for e in range(-8, 4) for m in mantissas))
+    mantissas = mantissas if len(mantissas) >= 2 else tuple(sorted({*mantissas, *LR_MANTISSAS}))
+    return np.array(sorted(float(f"{m * 10.0 ** e:.12g}") for e in range(-8, 4) for m in mantissas))
 
 
 def snap(lr: float, grid: np.ndarray, step: int = 0) -> float:

@@ -95,3 +95,14 @@ def test_the_held_out_table_says_whether_each_interval_covered():
     assert len(rows) == 1 and rows[0][1] == "1e+14" and rows[0][4] in ("yes", "no") and rows[0][8] == "ok"
     later = frontier_lead.heldout_rows(earlier, predicted)
     assert later[0][8] == "not trained yet" and later[0][4] == "n/a"
+
+
+def test_the_lr_table_gives_each_cell_the_lr_its_selected_runs_trained_at():
+    reported = pl.DataFrame([{"run_id": r, "family": "ar", "variant": "base", "budget_flops": c, "size": size,
+                              "n_params": n, "seed": seed, "metric": "nll_l2r"}
+                             for r, c, size, n, seed in (("a", 1e12, "2/48/3", 56640, 0), ("b", 1e12, "2/48/3", 56640, 1),
+                                                         ("c", 3e12, "2/64/4", 100096, 0))])
+    specs = pl.DataFrame({"run_id": ["a", "b", "c"], "lr": [3e-3, 3e-3, 1e-2]})
+    rows = frontier_lead.lr_table(reported, specs).rows
+    assert rows == (("ar/base", "1e+12", "2/48/3", "5.664e+04", "0.003", "2"),
+                    ("ar/base", "3e+12", "2/64/4", "1.001e+05", "0.01", "1"))

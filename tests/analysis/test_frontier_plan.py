@@ -115,4 +115,24 @@ def test_lr_snaps_to_the_sweeps_grid():
     grid = fp.lr_grid(pl.DataFrame({"lr": [1e-3, 3e-3, 1e-2]}), fp.PlanConfig())
     assert math.isclose(fp.snap(2.5e-3, grid), 3e-3) and math.isclose(fp.snap(1e-2, grid, 1), 3e-2)
     assert math.isclose(fp.snap(1e-3, grid, -1), 3e-4)
-    assert np.all(np.diff(grid) > 0)
+    assert np.all(np.diff(grid) > 0) and 3e-4 in grid.tolist()  # exact decimal values (they enter run ids)
+
+
+def test_without_cheaper_budgets_below_the_any_order_budgets_go_up_when_affordable():
+    """AR cannot go down (its shapes would fall below `min_params`): the any-order family goes up,
+    within the round's FLOP limit; past the limit nothing is added and the check says why."""
+    points = planted(families=(("ar", 1.0), ("aogpt", 30.0)), budgets=BUDGETS[2:])
+    up = fp.plan_round(points, fp.PlanConfig(min_params=1e12, max_round_flops=1e20))
+    new = [(f, c) for f, _, c in up.new_budgets]
+    assert any(f == "aogpt" for f, _ in new) and all(c > max(BUDGETS) for _, c in new)
+    capped = fp.plan_round(points, fp.PlanConfig(min_params=1e12, max_round_flops=1.0))
+    assert capped.new_budgets == () and not next(c for c in capped.checks if c.criterion == "overlapping").met
+
+
+def test_a_family_without_an_lr_rule_sweeps_each_cell_near_its_minimum():
+    """One lr everywhere (no sweep to fit a rule on): each near cell gets one grid value each side."""
+    points = planted(families=(("ar", 1.0),), budgets=(1e13,), lrs=(3e-3,))
+    plan = fp.plan_round(points)
+    tuned = _of(plan, "tuned")
+    assert len(tuned) == 2 * fp.NEAR_SHAPES and {r.lr for r in tuned} == {1e-3, 1e-2}
+    assert not next(c for c in plan.checks if c.subject == "ar/v lr rule").met
