@@ -22,6 +22,7 @@ from jobs.executors import lock_held
 from jobs.run import files as runfiles
 from jobs.run.spec import RunSpec
 
+from . import journal
 from .study import STUDY_FORMAT, StudyError, StudySpec
 from .sweep import parse_sweep
 
@@ -123,8 +124,10 @@ def check_study_dir(study_dir: str | Path, study: StudySpec, extending: bool = F
         raise StudyError(f"study-dir: {path} holds runs the carried plan does not keep; carry into another "
                          "--study-dir")
     if other and not extending:
+        differ = journal.differences(existing.get("settings"), dict(study.settings))
         raise StudyError(f"study-dir: {path} holds a different study ({existing.get('name')}, hash "
-                         f"{existing.get('hash')} != {study.study_hash}); pass another --study-dir")
+                         f"{existing.get('hash')} != {study.study_hash}; settings that differ: "
+                         f"{', '.join(differ) or 'the runs only'}); pass another --study-dir")
     if existing is not None and existing.get("name") != study.name:
         raise StudyError(f"name: {path} holds study {existing.get('name')!r}, not {study.name!r} (its records "
                          f"carry that name); relaunch with --name {existing.get('name')}, or pass another "
@@ -149,27 +152,18 @@ def prepare(study_dir: str | Path, study: StudySpec, extending: bool = False) ->
 
     The same runs with other settings that change no run id (the evaluation suite, resources,
     tracking) rewrite study.json and the spec.json files; runs whose records are then of another
-    suite show as `trained` and are evaluated again, never trained again."""
+    suite show as `trained` and are evaluated again, never trained again. The change is journalled
+    (scaling.journal): a change a killed launcher left half done is finished first."""
     path = Path(study_dir)
     check_study_dir(path, study, extending)
     (path / RUNS_DIR).mkdir(parents=True, exist_ok=True)
     with open(path / STUDY_LOCK, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
+        journal.roll_forward(path)
         check_study_dir(path, study, extending)
-        if read_study(path) != json.loads(json.dumps(study.to_dict(), default=str)):
-            runfiles.atomic_write_json(path / STUDY_FILE, study.to_dict())
-        for cell in study.cells:
-            _write_spec(run_dir(path, cell.run_id), cell.spec)
-
-
-def _write_spec(directory: Path, spec: RunSpec) -> None:
-    """Write spec.json unless the run is being trained; resources may change between launches."""
-    directory.mkdir(parents=True, exist_ok=True)
-    target = directory / runfiles.SPEC_FILE
-    text = json.dumps(spec.to_dict(), indent=2, sort_keys=True) + "\n"
-    if target.exists() and (target.read_text() == text or lock_held(directory)):
-        return
-    runfiles.atomic_write_text(target, text)
+        specs = {run_dir(path, cell.run_id).name: json.dumps(cell.spec.to_dict(), indent=2, sort_keys=True) + "\n"
+                 for cell in study.cells}
+        journal.apply(path, json.loads(json.dumps(study.to_dict(), default=str)), specs)
 
 
 @dataclass(frozen=True)
@@ -204,9 +198,11 @@ def view(study_dir: str | Path, run_id: str) -> RunView:
 
 
 def _records_gap(directory: Path, steps: int) -> str | None:
-    """What a trained run's records lack for its spec's suite (None: it is done)."""
+    """What a trained run's records lack for its spec's suite (None: it is done); the spec a pending
+    relaunch gives it (scaling.journal) counts over its spec.json."""
     try:
-        suite = str(runfiles.read_json(directory / runfiles.SPEC_FILE, default={}).get("eval_suite", RunSpec.eval_suite))
+        spec = journal.pending_spec(directory) or runfiles.read_json(directory / runfiles.SPEC_FILE, default={})
+        suite = str(spec.get("eval_suite", RunSpec.eval_suite))
     except (OSError, ValueError, AttributeError):
         suite = RunSpec.eval_suite
     return records_gap(directory, suite, steps)

@@ -1,0 +1,109 @@
+"""A change of settings on relaunch is journalled (scaling.journal), so a kill at any point of it
+leaves status true: a launcher killed (SIGKILL, at a named fault point) while it moves a done
+study to another evaluation suite leaves no run shown done on records of the old suite, and the
+next launch finishes the change, or undoes it when the relaunch asks for the old suite, without
+training anything again. A refused relaunch names each setting that differs."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cli.faults import FAULT_ENV
+from jobs.run.files import read_metrics
+from scaling import journal, launch, ledger, status
+from tests.test_bad_inputs import assert_refused
+
+REPO = Path(__file__).resolve().parents[2]
+FLAGS = ["--families", "ar", "--sizes", "0.1M", "--seeds", "1", "--max-steps", "2", "--seq-len", "32",
+         "--no-progress", "--no-report"]
+POINTS = ("relaunch-journalled", "relaunch-study-written", "relaunch-spec-written")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> dict[str, str]:
+    cache = tmp_path_factory.mktemp("cache")
+    out = {k: v for k, v in os.environ.items() if k not in ("AOSCALE_DATA", FAULT_ENV)}
+    out.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", AOSCALE_CACHE=str(cache))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AOSCALE_CACHE", str(cache))
+        mp.delenv("AOSCALE_DATA", raising=False)
+        yield out
+
+
+@pytest.fixture(scope="module")
+def done(tmp_path_factory, env) -> Path:
+    """A study of one tiny AR run, trained and evaluated on the quick suite."""
+    study = tmp_path_factory.mktemp("done") / "st"
+    assert _launch(env, study).returncode == 0
+    return study
+
+
+def _launch(env: dict, study: Path, *args: str, fault: str | None = None) -> subprocess.CompletedProcess:
+    run_env = {**env, FAULT_ENV: fault} if fault else env
+    return subprocess.run([sys.executable, "-m", "scaling.launch", *FLAGS, "--study-dir", str(study), *args],
+                          env=run_env, cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def _states(study: Path, capsys) -> dict[str, str]:
+    capsys.readouterr()
+    status.main([str(study), "--json"])
+    return {run["run_id"]: run["state"] for run in json.loads(capsys.readouterr().out)["runs"]}
+
+
+def _suites(study: Path) -> set[str]:
+    return {ledger.read_study(study)["settings"].get("eval_suite", "quick")} | {
+        ledger.load_spec(study, r).eval_suite for r in ledger.study_run_ids(study)}
+
+
+def _starts(study: Path) -> int:
+    return sum(len(read_metrics(ledger.run_dir(study, r), "start")) for r in ledger.study_run_ids(study))
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_a_kill_during_a_suite_change_never_shows_a_run_done_and_the_next_launch_settles_it(point, tmp_path, env,
+                                                                                            done, capsys):
+    study = tmp_path / "st"
+    shutil.copytree(done, study)
+    killed = _launch(env, study, "--eval-suite", "cpu", fault=point)
+    assert killed.returncode == -9, killed.stderr
+    assert (study / journal.JOURNAL_FILE).exists()
+    assert set(_states(study, capsys).values()) == {"trained"}  # its records are the quick suite's
+    back = _launch(env, study)  # the relaunch asks for the old suite: the change is finished, then undone
+    assert back.returncode == 0, back.stderr
+    assert not (study / journal.JOURNAL_FILE).exists() and _suites(study) == {"quick"}
+    assert set(_states(study, capsys).values()) == {"done"} and _starts(study) == 1  # not trained again
+
+
+def test_the_relaunch_with_the_new_suite_finishes_the_change_and_evaluates(tmp_path, env, done, capsys):
+    study = tmp_path / "st"
+    shutil.copytree(done, study)
+    assert _launch(env, study, "--eval-suite", "cpu", fault="relaunch-study-written").returncode == -9
+    assert _launch(env, study, "--eval-suite", "cpu").returncode == 0
+    assert not (study / journal.JOURNAL_FILE).exists() and _suites(study) == {"cpu"}
+    assert set(_states(study, capsys).values()) == {"done"} and _starts(study) == 1
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--seq-len", "64"], "settings that differ: seq_len 32 -> 64"),
+    (["--seq-len", "64", "--lr", "0.01"], "lr unset -> 0.01, seq_len 32 -> 64"),
+    (["--families", "ar,mdm"], "settings that differ: arms)"),
+])
+def test_a_refused_relaunch_names_each_setting_that_differs(argv, named, tmp_path, env, done, capsys):
+    study = tmp_path / "st"
+    shutil.copytree(done, study)
+    flags = [a for a in FLAGS if a != "--seq-len" and a != "32"] if "--seq-len" in argv else FLAGS
+    if "--families" in argv:
+        flags = flags[2:]
+    assert_refused(launch.main, [*flags, *argv, "--study-dir", str(study)], named, (study,), capsys)
+
+
+def test_differences_walk_tables_and_hide_long_values():
+    old = {"run": {"beta1": 0.9}, "sizes": ["0.1M"], "sweep": {"lr": [1e-3] * 20}}
+    new = {"run": {"beta1": 0.95}, "sizes": ["0.1M"], "sweep": {"lr": [3e-3] * 20}, "budgets": [1e12]}
+    assert journal.differences(old, new) == ["budgets unset -> [1000000000000.0]", "run.beta1 0.9 -> 0.95", "sweep.lr"]
