@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from cli.faults import fault_point
+
 RENAME_EXCHANGE = 2  # linux/fs.h
 AT_FDCWD = -100
 _STAGES = (".tmp-", ".old-")
@@ -138,6 +140,7 @@ def build_dir(target: Path, write: Callable[[Path], None], owned: tuple[str, ...
         write(tmp)
         if target.is_dir():
             _carry_over(target, tmp, owned)
+        fault_point("build_dir.staged")  # the new folder written in full, the old one still in place
         _swap(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

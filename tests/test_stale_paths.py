@@ -102,11 +102,11 @@ def test_no_docstring_or_comment_names_a_path_that_moved():
 
 def test_the_check_sees_a_moved_module_and_a_missing_name():
     source = ('"""Reads `jobs.run_checks` and jobs.run.spec.RunSpec, then jobs.run.spec.Nope."""\n'
-              "x = 1  # see jobs.run.faults.fault_point and analysis.gap, not jobs.cpu_compile\n"
+              "x = 1  # see cli.faults.fault_point and analysis.gap, not jobs.cpu_compile\n"
               "y = 'jobs.tokencache'  # a string in code is not prose; models.FAMILIES is lazy\n")
     assert stale_paths(source) == [(2, "jobs.cpu_compile"), (1, "jobs.run_checks"), (1, "jobs.run.spec.Nope")]
 
 
 def test_a_class_member_resolves_and_a_missing_one_does_not():
-    assert resolves("jobs.run.spec.RunSpec") and resolves("jobs.run.faults.FAULT_ENV")
+    assert resolves("jobs.run.spec.RunSpec") and resolves("cli.faults.FAULT_ENV")
     assert not resolves("jobs.run.spec.RunSpec.no_such_member") and not resolves("jobs.evalstate")

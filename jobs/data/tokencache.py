@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from cli.faults import fault_point
 from jobs.run.files import atomic_write
 from jobs.data.tokenizers import get_encoding, token_dtype
 
@@ -193,14 +194,19 @@ def _run_jobs(plan: Plan, jobs: list[Job], shard_dir: Path, workers: int,
         return
     if workers <= 1 or len(jobs) < MIN_JOBS_FOR_POOL:
         _init_worker(plan, str(shard_dir))
-        done: Iterator[str] = map(run_job, jobs)
-        for stem in done:
-            progress and progress(stem)
+        _collect(map(run_job, jobs), progress)
         return
     context = multiprocessing.get_context("spawn")  # no fork of a process holding torch threads
     with context.Pool(min(workers, len(jobs)), _init_worker, (plan, str(shard_dir))) as pool:
-        for stem in pool.imap_unordered(run_job, jobs):
-            progress and progress(stem)
+        _collect(pool.imap_unordered(run_job, jobs), progress)
+
+
+def _collect(done: Iterator[str], progress: Callable[[str], None] | None) -> None:
+    """Take each finished job (its shard and marker written) as it comes. Fault point
+    `tokencache.shard_done`: the builder dies with a shard done and the others not."""
+    for stem in done:
+        progress and progress(stem)
+        fault_point("tokencache.shard_done")
 
 def _progress_printer(corpus: object, total: int, done: int) -> Callable[[str], None] | None:
     """Prints "tokenising CORPUS: k/n shards" about every 5 % on stderr (big corpora only)."""

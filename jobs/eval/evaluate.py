@@ -34,6 +34,7 @@ import polars as pl
 import torch
 
 from cli import InputError, Parser, int_arg, parse, run_main
+from cli.faults import fault_point
 from jobs.train import checkpoint
 from jobs.eval import windows as ew
 from jobs.run.allocator import keep_freed_memory
@@ -366,6 +367,7 @@ def evaluate(run_dir: str | Path, suite: str = "quick", fresh: bool = False, **o
         rows += compute_rows(model, spec, datasets, ctx, settings, Path(run_dir), missing)
     rows += unigram_rows(spec, model.vocab_size, datasets, {**ctx, "weights": None})
     windows = ew.take(rows)
+    fault_point("evaluate.before_records")  # every metric computed, nothing written yet
     frame = write_records(run_dir, to_frame(rows), drop=("gen_ppl",) if settings.suite.generate else (), fresh=fresh)
     ew.write_windows(run_dir, windows, fresh=fresh)
     _report_missing(Path(run_dir), missing)

@@ -1,8 +1,9 @@
-"""Faults around a study's evaluation and report, each in real processes: a launcher killed while
-a finished run is evaluated, a relaunch with another suite or name, a kill and a full disk while
+"""Faults around a study's evaluation and report, each in real processes: a worker killed while it
+evaluates a finished run, a relaunch with another suite or name, a kill and a full disk while
 the report is written, a deleted ckpt/ and a truncated eval.parquet, a full disk that used up a
 run's retries. Every run is evaluated in the end and none is trained twice (one `start` event in
-its metrics.ndjson, its final checkpoint untouched)."""
+its metrics.ndjson, its final checkpoint untouched). A kill stops its process at a named fault point
+(`AOSCALE_FAULT`, cli.faults), not in a window found by polling."""
 from __future__ import annotations
 
 import errno
@@ -20,6 +21,7 @@ import polars as pl
 import pytest
 
 from analysis import fit_curves
+from cli.faults import FAULT_ENV
 from jobs.data.suites import SUITES
 from jobs.run.files import read_metrics, read_status
 from scaling import launch, ledger, status
@@ -104,33 +106,21 @@ def _status_json(env: dict, study: Path) -> dict:
     return {run["run_id"]: run for run in json.loads(proc.stdout)["runs"]}
 
 
-def test_a_launcher_killed_while_evaluating_leaves_trained_runs_that_the_relaunch_evaluates(tmp_path, env):
+def test_a_worker_killed_while_evaluating_leaves_trained_runs_that_the_relaunch_evaluates(tmp_path, env):
     study = tmp_path / "study"
     args = ["--study-dir", str(study), *FLAGS, "--no-report"]
-    proc = subprocess.Popen([sys.executable, "-m", "scaling.launch", *args], env=env, cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:  # a run whose training is done and whose records are not written
-        dirs = list((study / "runs").glob("*")) if (study / "runs").is_dir() else []
-        if any(read_status(d).get("state") == "done" and not (d / "eval.parquet").exists() for d in dirs):
-            break
-        assert proc.poll() is None, proc.stderr.read()[-2000:]
-        time.sleep(0.005)
-    else:
-        raise AssertionError("no run reached evaluation")
-    proc.kill()  # SIGKILL of the launcher: its workers die with it (PR_SET_PDEATHSIG)
-    proc.wait(timeout=30)
+    # each worker dies (SIGKILL) with its run trained and its metrics computed, before any record is written
+    killed = _cli({**env, FAULT_ENV: "evaluate.before_records"}, "scaling.launch", *args)
+    assert "Traceback" not in killed.stderr, killed.stderr[-2000:]
     _wait_unlocked(_runs(study))
     rows = _status_json(env, study)
-    trained = [r for r, row in rows.items() if row["state"] == "trained"]
-    assert trained, rows  # not `done`: its records are missing
-    before = {d.name: _final_ckpt(d) for d in _runs(study) if (d / "ckpt").is_dir()}
-    assert set(trained) <= set(before)
-    assert launch.main(args) == 0  # the relaunch
-    for run_dir in _runs(study):  # every run evaluated; the trained ones were not trained again
+    assert {row["state"] for row in rows.values()} == {"trained"}, rows  # not `done`: no records
+    assert not [d for d in _runs(study) if (d / "eval.parquet").exists()]
+    before = {d.name: _final_ckpt(d) for d in _runs(study)}
+    assert launch.main(args) == 0  # the relaunch evaluates every run and trains none again
+    for run_dir in _runs(study):
         assert read_status(run_dir)["state"] == "done" and _suites(run_dir) == {"quick"}
-        if run_dir.name in trained:
-            assert _starts(run_dir) == 1 and _final_ckpt(run_dir) == before[run_dir.name], run_dir
+        assert _starts(run_dir) == 1 and _final_ckpt(run_dir) == before[run_dir.name], run_dir
     assert {ledger.view(study, d.name).state for d in _runs(study)} == {"done"}
 
 
@@ -165,16 +155,12 @@ def test_a_kill_during_the_report_leaves_the_previous_report_and_the_next_write_
     report = study / "report"
     previous = _report_bytes(report)
     assert "report.md" in previous and "fits.json" in previous
-    proc = subprocess.Popen([sys.executable, "-m", "analysis.fit_curves", str(study), "--bootstrap", "200"],
-                            env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not list(study.glob(".report.tmp-*/tables/*")):  # halfway through writing the new report
-        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-2000:]
-        time.sleep(0.002)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
+    # the writer dies with the new report staged in full beside the old one, not yet swapped in
+    killed = _cli({**env, FAULT_ENV: "build_dir.staged"}, "analysis.fit_curves", str(study), "--bootstrap", "10")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert _report_bytes(report) == previous
-    assert list(study.glob(".report.tmp-*"))  # the dead writer's leftovers ...
+    (staged,) = study.glob(".report.tmp-*")  # the dead writer's leftovers ...
+    assert set(_report_bytes(staged)) == set(previous)
     assert fit_curves.main([str(study), "--bootstrap", "10"]) == 0
     assert not list(study.glob(".report.*"))  # ... are removed by the next write
     assert set(_report_bytes(report)) == set(previous)

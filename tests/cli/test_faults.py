@@ -1,4 +1,4 @@
-"""jobs.run.faults: the named point kills its process, any other name or none does nothing."""
+"""cli.faults: the named point kills its process, any other name or none does nothing."""
 from __future__ import annotations
 
 import os
@@ -6,7 +6,7 @@ import signal
 import subprocess
 import sys
 
-CODE = "from jobs.run.faults import fault_point; fault_point('a'); fault_point('b'); print('past')"
+CODE = "from cli.faults import fault_point; fault_point('a'); fault_point('b'); print('past')"
 
 
 def run(env_value: str | None) -> subprocess.CompletedProcess:
