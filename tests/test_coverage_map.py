@@ -12,7 +12,6 @@ PRODUCT = ("analysis", "cli", "jobs", "models", "scaling")
 UNTESTED = {
     "analysis.distinct": "reached through analysis.fit_curves in tests/analysis/test_fit_curves*.py",
     "analysis.gap": "reached through analysis.fit_curves (the gap tables of report.md) in tests/analysis",
-    "analysis.multiplier": "reached through analysis.fit_curves (the compute multipliers) in tests/analysis",
     "analysis.record_values": "reached through analysis.fit_curves in tests/analysis/test_record_values.py",
     "analysis.scope": "reached through analysis.fit_curves (which runs enter a fit) in tests/analysis",
     "analysis.varpro": "the power-law solver of analysis.powerlaw, pinned by tests/analysis/test_powerlaw.py",
@@ -26,7 +25,6 @@ UNTESTED = {
     "jobs.generate.__main__": "a 6-line `python -m` entry point forwarding to jobs.eval.generate.main",
     "jobs.train.__main__": "a 6-line `python -m` entry point forwarding to jobs.train.loop.main",
     "jobs.run.allocator": "a CPU allocator setting with no observable result but speed (bench/)",
-    "jobs.train.ds_config": "the DeepSpeed overlay, driven in tests/jobs/train/test_ds_overlay.py (needs deepspeed)",
     "models.families.sigma_gpt": "a 20-line alias of aogpt, built through models.build_model in tests/models",
     "models.orders": "reached through models.parse_order and sample_orders in tests/models",
     "models.rope": "reached through build_model in tests/models/test_rope.py",
