@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from cli.durable import fsync_dir
 from cli.faults import fault_point
 
 RENAME_EXCHANGE = 2  # linux/fs.h
@@ -120,14 +121,6 @@ def _umask() -> int:
     return mask
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def build_dir(target: Path, write: Callable[[Path], None], owned: tuple[str, ...] = ()) -> Path:
     """Build a folder with `write(tmp)` and put it in `target`'s place as a whole; returns `target`.
     The old folder's other entries are kept, except those named in `owned` (the writer's own)."""
@@ -150,7 +143,7 @@ def build_dir(target: Path, write: Callable[[Path], None], owned: tuple[str, ...
 
 def _swap(tmp: Path, target: Path) -> None:
     """Put `tmp` at `target`; the old target (if any) is deleted afterwards."""
-    _fsync_dir(tmp)
+    fsync_dir(tmp)
     if not target.exists():
         os.rename(tmp, target)
     elif _exchange(tmp, target):
@@ -160,7 +153,7 @@ def _swap(tmp: Path, target: Path) -> None:
         os.rename(target, old / target.name)
         os.rename(tmp, target)
         shutil.rmtree(old, ignore_errors=True)
-    _fsync_dir(target.parent)
+    fsync_dir(target.parent)
 
 
 def failure_line(error: OSError, target: Path) -> str:

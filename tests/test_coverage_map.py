@@ -15,6 +15,7 @@ UNTESTED = {
     "analysis.record_values": "reached through analysis.fit_curves in tests/analysis/test_record_values.py",
     "analysis.scope": "reached through analysis.fit_curves (which runs enter a fit) in tests/analysis",
     "analysis.varpro": "the power-law solver of analysis.powerlaw, pinned by tests/analysis/test_powerlaw.py",
+    "cli.durable": "fsync_dir: no observable result short of a power cut; run by every atomic write in the tests",
     "cli.errors": "the InputError and Busy types, imported by the tests through `cli`",
     "cli.outputs": "the output-folder markers, driven through the report and book commands in tests/test_bad_inputs.py",
     "cli.paths": "user paths and special files, driven through every command in tests/test_bad_inputs*.py",

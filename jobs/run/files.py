@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from cli.durable import fsync_dir
+
 STATES = ("pending", "running", "done", "failed", "preempted")
 STATUS_FILE = "status.json"
 METRICS_FILE = "metrics.ndjson"
@@ -33,15 +35,6 @@ CKPT_DIR = "ckpt"  # checkpoints: ckpt/step_XXXXXXXX (see jobs.train.checkpoint)
 CKPT_PREFIX = "step_"
 REASON_CHARS = 300  # status reasons are one line, at most this long
 _WARNED: set[str] = set()
-
-
-def fsync_dir(path: Path) -> None:
-    """Flush a directory entry (a rename inside it) to disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def atomic_write(path: str | Path, write: Callable[[BinaryIO], Any], mode: int | None = None) -> None:

@@ -27,7 +27,8 @@ from typing import Any
 import torch
 
 from cli import InputError
-from jobs.run.files import CKPT_DIR, CKPT_PREFIX, SPEC_FILE, atomic_write_json, fsync_dir
+from cli.durable import fsync_dir
+from jobs.run.files import CKPT_DIR, CKPT_PREFIX, SPEC_FILE, atomic_write_json
 from jobs.run.spec import RunSpec
 from jobs.data.corpus import get_encoding
 import models
