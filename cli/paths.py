@@ -6,7 +6,9 @@ loop, a dangling symlink, a device, a FIFO or a socket (`refuse_special`, the on
 special files wherever a file or folder is expected), and any other OS error met while resolving
 it. `not_nested` refuses a
 folder inside another study or run (a folder holding one of the marker files), so one study
-never writes into another's files.
+never writes into another's files. `within` is the one rule for an id or name read from a file
+(study.json's `order` and `name`, a run id, `branch_from`) that becomes a path: one safe path
+component (`cli.rules.name`) whose folder stays inside its root.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import os
 import stat
 from pathlib import Path
 
-from cli import InputError
+from cli import InputError, rules
 
 NAME_MAX = 255  # bytes in one path component (ext4, xfs, btrfs, APFS)
 PATH_MAX = 4096  # bytes in a whole path (Linux)
@@ -93,3 +95,19 @@ def not_nested(field: str, path: Path, markers: dict[str, tuple[str, ...]], allo
                 continue
             raise InputError(f"{field}: {path} is inside the {kind} directory {parent}; pass a folder outside "
                              f"any {kind}")
+
+
+def within(field: str, root: str | os.PathLike, name: object) -> Path:
+    """`root / name` for an id read from a file: `name` is one safe path component (`rules.name`:
+    no `/`, no `..`, no leading dot) and, where it exists, does not lead outside `root` through a
+    symbolic link. InputError naming `field` otherwise; nothing is created."""
+    rules.name(field, name)
+    path = Path(root) / str(name)
+    try:
+        escapes = path.is_symlink() and not path.resolve().is_relative_to(Path(root).resolve())
+    except (OSError, RuntimeError):
+        escapes = True
+    if escapes:
+        raise InputError(f"{field}: {path} is a symbolic link leading outside {root}; replace the link with "
+                         "the folder itself")
+    return path

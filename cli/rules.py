@@ -162,7 +162,8 @@ def text_list(field: str, value: Any) -> tuple[str, ...]:
 
 
 def name(field: str, value: Any) -> str:
-    """A study or run name: one path component of safe characters, at most NAME_MAX_CHARS."""
+    """A study or run name, or an id read from a file: one path component of safe characters, at
+    most NAME_MAX_CHARS (`cli.paths.within` joins it to its folder)."""
     text(field, value)
     if len(value) > NAME_MAX_CHARS:
         raise fail(field, value, f"is longer than {NAME_MAX_CHARS} characters", "choose a shorter name")

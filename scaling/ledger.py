@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from cli.paths import special_kind
+from cli import InputError, rules
+from cli.paths import special_kind, within
 from jobs.eval.state import records_gap
 from jobs.executors import lock_held
 from jobs.run import files as runfiles
@@ -32,8 +33,9 @@ STUDY_LOCK = ".lock"
 
 
 def run_dir(study_dir: str | Path, run_id: str) -> Path:
-    """`<study>/runs/<run_id>`."""
-    return Path(study_dir) / RUNS_DIR / run_id
+    """`<study>/runs/<run_id>`: the one place a run id becomes a path, so an id read from a file
+    (`../../x`, `/etc`, a link out of the study) is refused (InputError naming the run id)."""
+    return within("run_id", Path(study_dir) / RUNS_DIR, run_id)
 
 
 def read_study(study_dir: str | Path) -> dict[str, Any] | None:
@@ -73,9 +75,23 @@ def _check_document(path: Path, doc: Any) -> None:
                   or any(key not in doc["runs"][r] for key in RUN_KEYS)]
         if broken:
             why = f"lists run {broken[0]!r} without its row ({', '.join(RUN_KEYS)})"
+    if why is None:
+        _check_ids(path, doc)
     if why:
         raise StudyError(f"study-dir: {path} {why}; it was not written by scaling.launch: move the folder away "
                          "or pick another --study-dir")
+
+
+def _check_ids(path: Path, doc: dict) -> None:
+    """The study's `name` and each run id in `order` are ids (`cli.paths.within`'s rule): a study
+    folder never leads a reader or a relaunch outside it. StudyError naming the key."""
+    try:
+        for i, run_id in enumerate(doc["order"]):
+            within(f"order[{i}]", path.parent / RUNS_DIR, run_id)
+        rules.name("name", doc.get("name"))
+    except InputError as error:
+        raise StudyError(f"study-dir: {path} {str(error).split('; ')[0]}; it was not written by scaling.launch: "
+                         "move the folder away or pick another --study-dir") from None
 
 
 def extends(existing: dict | None, study: StudySpec) -> bool:

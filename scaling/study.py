@@ -20,6 +20,7 @@ from jobs.data.datasets import check_eval_suite, parse_eval_suite
 from jobs.data.suites import SUITES
 from jobs.data.tokenizers import get_encoding
 from jobs.run.spec import RunSpec, canonical_json
+from jobs.train import wsd_branch
 from models.families import JUDGE_FAMILY
 from models.ladder import core_params, get_shape
 
@@ -126,7 +127,27 @@ def _expand(settings: StudySettings) -> list[Cell]:
         raise StudyError(str(error).splitlines()[0]) from None
     cells = ([judge] if judge is not None else []) + cells
     _refuse_duplicates(cells, settings)
+    _check_branches(cells)
     return cells
+
+
+def _check_branches(cells: list[Cell]) -> None:
+    """A branch's `branch_from` names a run of this study that keeps a snapshot at its
+    `branch_step` (what `branches = [...]` plans); anything else could only wait for a trunk
+    that never comes."""
+    trunks = {cell.run_id: cell.spec for cell in cells}
+    for cell in cells:
+        spec = cell.spec
+        if not spec.branch_from:
+            continue
+        trunk = trunks.get(spec.branch_from)
+        if trunk is None:
+            raise StudyError(f"run.branch_from: {spec.branch_from!r} names no run of this study; WSD branches "
+                             "come from `branches = [...]`: remove branch_from from [run]")
+        if spec.branch_step not in wsd_branch.snapshot_steps(trunk):
+            raise StudyError(f"run.branch_step: trunk {spec.branch_from} keeps no snapshot at step {spec.branch_step} "
+                             f"(its snapshot_steps: {trunk.snapshot_steps or 'none'}); plan branches with "
+                             "`branches = [...]`")
 
 
 def _refuse_duplicates(cells: list[Cell], settings: StudySettings) -> None:

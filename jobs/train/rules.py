@@ -45,6 +45,11 @@ def _text_or_empty(field: str, value: Any) -> str:
     return value
 
 
+def _id_or_empty(field: str, value: Any) -> str:
+    """Empty, or a run id of the same study (one path component, `cli.rules.name`)."""
+    return value if _text_or_empty(field, value) == "" else rules.name(field, value)
+
+
 def _decay_fraction(field: str, value: Any) -> float:
     """WSD's decaying share of the steps: in (0, 1]."""
     if rules.fraction(field, value) <= 0:
@@ -68,7 +73,7 @@ FIELD_RULES: dict[str, Callable[[str, Any], Any]] = {
     "log_every": rules.positive_int, "eval_suite": check_suite, "study": _text_or_empty,
     "variant": _text_or_empty, "tracking": _tracking, "role": lambda f, v: rules.one_of(f, v, ROLES),
     "judge": _text_or_empty, "schedule": lambda f, v: rules.one_of(f, v, SCHEDULES),
-    "decay_fraction": _decay_fraction, "branch_from": _text_or_empty, "branch_step": rules.nonneg_int,
+    "decay_fraction": _decay_fraction, "branch_from": _id_or_empty, "branch_step": rules.nonneg_int,
     "snapshot_steps": _text_or_empty,
 }
 
