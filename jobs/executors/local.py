@@ -2,10 +2,14 @@
 
 A crash in one run never takes the launcher down, and `max_parallel` runs train side by side
 with `OMP_NUM_THREADS = cores // max_parallel` each; where GPUs exist each run gets one
-(`CUDA_VISIBLE_DEVICES`). Workers die with the launcher (`PR_SET_PDEATHSIG`), so a killed launcher
-leaves no training behind; the relaunch resumes those runs from their last checkpoint.
+(`CUDA_VISIBLE_DEVICES`). Workers die with the launcher: each asks the kernel for SIGTERM when its
+parent dies (`PR_SET_PDEATHSIG`, Linux) as it starts, and exits at once if the launcher is already
+gone, so a launcher killed even with SIGKILL leaves no training behind (SIGTERM checkpoints and
+stops a training run, or ends a branch's wait for its trunk, as `preempted`); the relaunch resumes
+those runs from their last checkpoint.
 
-`python -m jobs.executors.local <run_dir>` is the worker: `run_exclusive` on one run directory.
+`python -m jobs.executors.local <run_dir> [<launcher pid>]` is the worker: `run_exclusive` on one
+run directory.
 """
 from __future__ import annotations
 
@@ -43,14 +47,17 @@ def visible_gpus() -> list[str]:
     return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """preexec_fn: ask the kernel for SIGTERM when the launcher dies (Linux only)."""
+def die_with_parent(parent_pid: int) -> None:
+    """Ask the kernel to send this process SIGTERM when its parent (thread) dies (Linux
+    `prctl(PR_SET_PDEATHSIG)`; elsewhere nothing), and exit now if the parent `parent_pid` died
+    before the request took effect (this process was already handed to another parent)."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):
-        return
-    if os.getppid() != parent_pid:  # the launcher died before prctl took effect
-        os._exit(1)
+        pass
+    if os.getppid() != parent_pid:
+        print(f"worker: launcher {parent_pid} is gone; not starting", file=sys.stderr, flush=True)
+        raise SystemExit(1)
 
 
 class LocalJob:
@@ -127,12 +134,11 @@ class LocalExecutor:
         return env
 
     def _start(self, job: LocalJob) -> None:
-        cmd = [self.python, "-m", "jobs.executors.local", str(job.run_dir)]
+        cmd = [self.python, "-m", "jobs.executors.local", str(job.run_dir), str(os.getpid())]
         job.failures_before = failure_count(job.run_dir)
         with open(job.run_dir / WORKER_LOG, "ab") as log:
             job.proc = subprocess.Popen(cmd, cwd=REPO, env=self._env(job), stdin=subprocess.DEVNULL,
-                                        stdout=log, stderr=subprocess.STDOUT,
-                                        preexec_fn=lambda pid=os.getpid(): _die_with_parent(pid))
+                                        stdout=log, stderr=subprocess.STDOUT)
         job.job_id = f"pid:{job.proc.pid}"
         job._state = "running"
         self._running.append(job)
@@ -167,9 +173,11 @@ class LocalExecutor:
 def main(argv: list[str] | None = None) -> int:
     """Worker entry point: train and evaluate one run directory under its lock."""
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m jobs.executors.local <run_dir>", file=sys.stderr)
+    if len(argv) not in (1, 2) or not all(p.isdigit() for p in argv[1:]):
+        print("usage: python -m jobs.executors.local <run_dir> [<launcher pid>]", file=sys.stderr)
         return 2
+    if argv[1:]:
+        die_with_parent(int(argv[1]))
     state = run_exclusive(argv[0], handle_signals=True)
     print(f"run {argv[0]}: {state}", flush=True)
     return EXIT_BUSY if state == BUSY else 0

@@ -420,9 +420,32 @@ def train(run_dir: str | Path, spec: RunSpec, *, max_steps_this_call: int | None
                 run.engine.close()
 
 
+def _adopt_trunk(run: Run) -> str | None:
+    """A cooldown branch starts from its trunk's state (rank 0 copies it, waiting for it): None
+    once adopted; "preempted" when a stop came while waiting; "failed" when the trunk can never
+    get there (jobs.train.wsd_branch)."""
+    problem, waiting = "", False
+    if run.rank0:
+        try:
+            waiting = not wsd_branch.adopt_trunk(run.run_dir, run.spec, stopped=_STOP.is_set)
+        except wsd_branch.NoTrunk as error:
+            problem = str(error)
+    if run.engine.any(bool(problem)):
+        return fail(run, problem or "the trunk can never get there (see rank 0)")
+    if not run.engine.any(waiting):
+        return None
+    if run.rank0:
+        write_status(run.run_dir, "preempted", step=0, steps=run.spec.steps,
+                     reason=f"stopped while waiting for trunk {run.spec.branch_from} to reach step "
+                            f"{run.spec.branch_step}; a rerun waits again")
+    return "preempted"
+
+
 def _train(run: Run, stop_after: int | None, callbacks: Sequence[Callable[[Run], None]]) -> str:
-    if run.spec.branch_from and run.rank0:
-        wsd_branch.adopt_trunk(run.run_dir, run.spec)  # a cooldown branch starts from its trunk's state
+    adopted = _adopt_trunk(run) if run.spec.branch_from else None
+    if adopted is not None:
+        run.tracker.close(adopted)
+        return adopted
     run.engine.barrier()
     resume(run)
     if run.rank0:
