@@ -27,8 +27,6 @@ UNTESTED = {
     "jobs.train.__main__": "a 6-line `python -m` entry point forwarding to jobs.train.loop.main",
     "jobs.run.allocator": "a CPU allocator setting with no observable result but speed (bench/)",
     "models.families.sigma_gpt": "a 20-line alias of aogpt, built through models.build_model in tests/models",
-    "models.orders": "reached through models.parse_order and sample_orders in tests/models",
-    "models.rope": "reached through build_model in tests/models/test_rope.py",
     "scaling.backends": "driven through scaling.launch --backend in tests/scaling/test_backends.py",
     "scaling.preflight": "driven through scaling.launch in tests/scaling/test_launch*.py",
     "scaling.settings": "driven through scaling.launch and study files in tests/scaling/test_study.py",
