@@ -29,7 +29,6 @@ UNTESTED = {
     "models.families.sigma_gpt": "a 20-line alias of aogpt, built through models.build_model in tests/models",
     "scaling.backends": "driven through scaling.launch --backend in tests/scaling/test_backends.py",
     "scaling.preflight": "driven through scaling.launch in tests/scaling/test_launch*.py",
-    "scaling.settings": "driven through scaling.launch and study files in tests/scaling/test_study.py",
 }
 
 
