@@ -10,7 +10,6 @@ REPO = Path(__file__).resolve().parents[1]
 PRODUCT = ("analysis", "cli", "jobs", "models", "scaling")
 
 UNTESTED = {
-    "analysis.distinct": "reached through analysis.fit_curves in tests/analysis/test_fit_curves*.py",
     "analysis.gap": "reached through analysis.fit_curves (the gap tables of report.md) in tests/analysis",
     "analysis.record_values": "reached through analysis.fit_curves in tests/analysis/test_record_values.py",
     "analysis.scope": "reached through analysis.fit_curves (which runs enter a fit) in tests/analysis",
