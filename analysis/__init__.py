@@ -8,4 +8,7 @@ fairness checks (`fairness`), and the report: summary, sections, figures, atomic
 """
 
 MIN_BOOTSTRAP = 10  # fewer resamples cannot place a 95 % interval
+# More resamples narrow no interval a reader can see, and each holds every fit's parameters in
+# memory: 1e11 asked for 745 GiB. 1e5 keeps the largest study's bootstrap under a few GiB.
+MAX_BOOTSTRAP = 100_000
 DEFAULT_BOOTSTRAP = 1000  # resamples behind every 95 % interval, in scaling.launch and fit_curves alike

@@ -15,8 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from cli import InputError
-from analysis.run_health import read_json
+from cli import InputError, rules, schema
 from analysis.selection import FALLBACK_METRIC, SWEEP_PREFIX, cell_label
 
 CARRY_METRIC = FALLBACK_METRIC  # nll_l2r: every family reports it, and selection's per-M metrics follow it
@@ -40,8 +39,12 @@ class CarriedLr:
 
 
 def read_selection(study_dir: Path) -> dict:
-    """fits.json's `selection` of a study's report; InputError naming the fix when absent."""
-    doc = read_json(study_dir / "report" / "fits.json")
+    """fits.json's `selection` of a study's report, checked by cli.schema.FITS; InputError naming
+    the fix when absent or damaged (the file, the key and what was expected)."""
+    try:
+        doc = schema.load_json(study_dir / "report" / "fits.json", schema.FITS)
+    except InputError as error:
+        raise InputError(f"{FLAG}: {error}") from None
     if doc is None:
         raise InputError(f"{FLAG}: {study_dir} has no readable report/fits.json; launch that study (or run "
                          f"python -m analysis.fit_curves {study_dir}) first")
@@ -83,9 +86,12 @@ def carried_lr(study_dir: str | Path) -> CarriedLr:
 
 def study_note(study_dir: str | Path) -> list[str]:
     """A line naming the lr a study carried to its unswept budgets (study.json settings
-    `carry_lr`), or nothing when it carried none."""
-    carry = ((read_json(Path(study_dir) / "study.json") or {}).get("settings") or {}).get("carry_lr")
-    if not isinstance(carry, dict) or not carry:
+    `carry_lr`), or nothing when it carried none; a damaged study.json is refused (cli.schema.STUDY)."""
+    path = Path(study_dir) / "study.json"
+    carry = ((schema.load_json(path, schema.STUDY) or {}).get("settings") or {}).get("carry_lr")
+    if not carry:
         return []
+    for family, lr in rules.table(f"{path}: settings.carry_lr", carry).items():
+        rules.positive_number(f"{path}: settings.carry_lr.{family}", lr)
     shown = ", ".join(f"{family} {lr:g}" for family, lr in sorted(carry.items()))
     return [f"lr carried from the swept budget to the others (scaling.launch --{FLAG}; analysis.carry): {shown}"]

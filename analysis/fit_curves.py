@@ -16,11 +16,11 @@ from pathlib import Path
 import polars as pl
 
 from cli import Parser, int_arg, parse, run_main
-from cli import outputs
+from cli import outputs, rules
 from cli.paths import user_path
 
-from analysis import (DEFAULT_BOOTSTRAP, MIN_BOOTSTRAP, ablations, atomic, distinct, evalnoise, fairness, figures, generation,
-                      frontier_figures, io, sections, summary)
+from analysis import (DEFAULT_BOOTSTRAP, MAX_BOOTSTRAP, MIN_BOOTSTRAP, ablations, atomic, distinct, evalnoise, fairness,
+                      figures, generation, frontier_figures, io, sections, summary)
 from analysis.background import in_background, workers_from_env
 from analysis.cells import CELL_KEYS, CONDITION_KEYS, build_cells, condition_text, latest
 from analysis.data_ledger import repetition_notes
@@ -391,6 +391,7 @@ def run(paths: list[str | Path], out_dir: str | Path | None = None, *, bootstrap
         raise RecordsError(f"--x: unknown axis '{x}'; use one of {', '.join(X_AXES)}")
     if bootstrap < MIN_BOOTSTRAP:
         raise RecordsError(f"--bootstrap: {bootstrap} resamples is too few for a 95% interval; use >= {MIN_BOOTSTRAP}")
+    rules.at_most("--bootstrap", bootstrap, MAX_BOOTSTRAP, "more resamples narrow no interval and each needs memory")
     try:
         workers_from_env()
     except ValueError as error:

@@ -13,25 +13,19 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis.record_values import check_values
+from analysis.record_values import check_together, check_values
 from analysis.carry import study_note
-from analysis.run_health import group_notes, read_json, run_records
-from cli import InputError
+from analysis.run_health import group_notes, run_records
+from cli import InputError, schema
 
-# column -> (kind, nullable); kinds: str, int, float (ints accepted and cast). CONTRACTS.md "Records".
-SCHEMA: dict[str, tuple[str, bool]] = {
-    "study": ("str", False), "run_id": ("str", False), "family": ("str", False),
-    "variant": ("str", False), "size": ("str", False), "n_params": ("int", False),
-    "n_params_family": ("int", False), "tokens": ("int", False), "flops": ("float", False),
-    "seed": ("int", False), "step": ("int", False), "dataset": ("str", False),
-    "split": ("str", False), "metric": ("str", False), "value": ("float", False),
-    "se": ("float", True), "n_samples": ("int", False), "m": ("int", True), "unit": ("str", False),
-}
+# column -> (kind, nullable); kinds: str, int, float (ints accepted and cast). CONTRACTS.md "Records";
+# ranges and the optional columns in the one table, cli.schema.RECORD_COLUMNS.
+SCHEMA: dict[str, tuple[str, bool]] = {name: (col.kind, col.nullable) for name, col in schema.RECORD_COLUMNS.items()
+                                       if col.contract}
 # optional measurement conditions (jobs/eval/records.py): generation step count, parallel tokens per
 # step and the sampling setting. A metric measured under several conditions is one curve per
 # condition, never their mean; absent columns read as null (no condition).
-CONDITION_COLUMNS = {"steps": "int", "tokens_per_step": "int", "temperature": "float", "top_p": "float"}
-KEY_COLUMNS = ("run_id", "family", "variant", "size", "seed", "step", "dataset", "split", "metric")
+CONDITION_COLUMNS = {name: schema.RECORD_COLUMNS[name].kind for name in ("steps", "tokens_per_step", "temperature", "top_p")}
 CAST = {"str": pl.String, "int": pl.Int64, "float": pl.Float64}
 READERS = {".parquet": pl.read_parquet, ".ndjson": pl.read_ndjson, ".jsonl": pl.read_ndjson}
 FACTOR_PREFIX = "factor_"  # optional extra columns: per-run factor levels for the factorial table
@@ -57,37 +51,14 @@ class Inputs:
     specs: pl.DataFrame | None = None  # run_id + SPEC_SCOPE_FIELDS from spec.json (the summary's scope)
 
 
-def _kind_ok(dtype: pl.DataType, kind: str, nullable: bool) -> bool:
-    if dtype == pl.Null:
-        return nullable
-    if kind == "str":
-        return dtype in (pl.String, pl.Categorical) or isinstance(dtype, pl.Enum)
-    if kind == "int":
-        return dtype.is_integer()
-    return dtype.is_float() or dtype.is_integer()
-
-
 def validate(frame: pl.DataFrame, source: str) -> pl.DataFrame:
-    """Check columns and types, cast to the canonical dtypes; raises RecordsError naming the column."""
-    for name, (kind, nullable) in SCHEMA.items():
-        if name not in frame.columns:
-            raise RecordsError(f"{source}: missing required column '{name}' ({kind}); add it to the records")
-        if not _kind_ok(frame.schema[name], kind, nullable):
-            raise RecordsError(f"{source}: column '{name}' has type {frame.schema[name]}, expected {kind}")
-    for name in KEY_COLUMNS:
-        if frame[name].null_count():
-            raise RecordsError(f"{source}: column '{name}' has null values; every record needs a {name}")
-    if len(frame) and frame["n_params"].min() <= 0:
-        raise RecordsError(f"{source}: column 'n_params' has a value <= 0; parameter counts must be positive")
-    for name, kind in CONDITION_COLUMNS.items():
-        if name in frame.columns and not _kind_ok(frame.schema[name], kind, True):
-            raise RecordsError(f"{source}: column '{name}' has type {frame.schema[name]}, expected {kind}")
+    """Check every column's type, nulls and range (cli.schema.RECORD_COLUMNS, the optional columns
+    included) and cast to the canonical dtypes; raises RecordsError naming the column and row."""
+    check_values(frame, source)
     casts = [pl.col(n).cast(CAST[k]) for n, (k, _) in SCHEMA.items()]
     conditions = [(pl.col(n) if n in frame.columns else pl.lit(None)).cast(CAST[k]).alias(n)
                   for n, k in CONDITION_COLUMNS.items()]
-    frame = frame.with_columns(casts + conditions)
-    check_values(frame, source)
-    return frame
+    return frame.with_columns(casts + conditions)
 
 
 def read_file(path: Path) -> pl.DataFrame:
@@ -129,6 +100,7 @@ def load(paths: list[str | Path]) -> Inputs:
     records = _concat(frames)
     if records.is_empty():
         raise RecordsError(f"{paths[0]}: the records hold 0 rows; evaluate runs or pass non-empty record files")
+    check_together(records, ", ".join(str(p) for p in paths))
     return Inputs(records=records, study_dir=study_dir, sources=tuple(str(p) for p in paths),
                   options=_concat(options) if options else None,
                   curves=_concat(curves) if curves else None, missing_runs=tuple(missing),
@@ -144,13 +116,13 @@ def _load_study(study: Path) -> dict[str, list]:
     unevaluated: dict[str, list[str]] = {}
     damage: list[str] = []
     for run_dir in sorted(p for p in (study / "runs").iterdir() if p.is_dir()):
-        frame, notes = run_records(run_dir, validate, read_json(run_dir / "spec.json"))
+        frame, notes = run_records(run_dir, validate, _spec(run_dir))
         damage += notes
         if frame is not None:
             out["frames"].append(frame)
         elif not (run_dir / "eval.parquet").is_file():
             out["missing"].append(f"{run_dir.name} ({_run_state(run_dir)})")
-        for warning in (read_json(run_dir / "status.json") or {}).get("warnings", []):
+        for warning in (_status(run_dir) or {}).get("warnings", []):
             if str(warning).startswith(UNEVALUATED_PREFIX):
                 unevaluated.setdefault(str(warning)[len(UNEVALUATED_PREFIX):], []).append(run_dir.name)
         opts = _run_options(run_dir)
@@ -174,14 +146,24 @@ def _load_study(study: Path) -> dict[str, list]:
 UNEVALUATED_PREFIX = "eval: zero-shot set not evaluated: "
 
 
+def _spec(run_dir: Path) -> dict | None:
+    """The run's spec.json, checked by cli.schema.SPEC (None when there is none)."""
+    return schema.load_json(run_dir / "spec.json", schema.SPEC)
+
+
+def _status(run_dir: Path) -> dict | None:
+    """The run's status.json, checked by cli.schema.STATUS (None when there is none)."""
+    return schema.load_json(run_dir / "status.json", schema.STATUS)
+
+
 def _run_state(run_dir: Path) -> str:
-    status = read_json(run_dir / "status.json") or {}
+    status = _status(run_dir) or {}
     state = str(status.get("state", "no status.json"))
     return "trained, not evaluated" if state == "done" else state  # done means evaluated too
 
 
 def _run_options(run_dir: Path) -> pl.DataFrame | None:
-    spec = read_json(run_dir / "spec.json")
+    spec = _spec(run_dir)
     if spec is None:
         return None
     opts = {f"{OPTION_PREFIX}{k}": _opaque(v) for k, v in (spec.get("model_options") or {}).items()}
@@ -190,7 +172,7 @@ def _run_options(run_dir: Path) -> pl.DataFrame | None:
 
 
 def _run_scope(run_dir: Path) -> pl.DataFrame | None:
-    spec = read_json(run_dir / "spec.json")
+    spec = _spec(run_dir)
     if spec is None:
         return None
     return pl.DataFrame({"run_id": [run_dir.name], **{k: [_opaque(spec[k])] for k in SPEC_SCOPE_FIELDS if k in spec}})
@@ -205,10 +187,13 @@ def _run_curve(run_dir: Path) -> pl.DataFrame | None:
     if not path.is_file():
         return None
     rows = []
-    for line in path.read_text().splitlines():
+    for number, line in enumerate(schema.read_text(path).splitlines(), 1):
         row = _parse_line(line)
-        loss = row.get("loss", row.get("val_loss")) if row else None
-        if row and isinstance(loss, (int, float)) and isinstance(row.get("step"), int):
+        if row is None:
+            continue
+        schema.METRICS_ROW.check(f"{path} line {number}", row)
+        loss = row.get("loss", row.get("val_loss"))
+        if isinstance(loss, (int, float)) and isinstance(row.get("step"), int):
             rows.append({"run_id": run_dir.name, "kind": str(row.get("kind", "train")),
                          "step": row["step"], "tokens": int(row.get("tokens") or 0), "loss": float(loss)})
     return pl.DataFrame(rows) if rows else None

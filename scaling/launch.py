@@ -20,7 +20,7 @@ from typing import Any
 from cli import InputError, Parser, float_arg, int_arg, parse, run_main
 from analysis import DEFAULT_BOOTSTRAP
 from jobs.train import ds_config
-from analysis import MIN_BOOTSTRAP
+from analysis import MAX_BOOTSTRAP, MIN_BOOTSTRAP
 from analysis.background import workers_from_env
 from analysis.carry import carried_lr
 from cli import rules
@@ -153,6 +153,7 @@ def _check(args: argparse.Namespace) -> tuple[StudySpec, Path, Any]:
     before anything is written; see scaling.preflight."""
     preflight.check_flags(args, FLAG_KEYS)
     rules.at_least("--bootstrap", args.bootstrap, MIN_BOOTSTRAP)  # refused before training, report or not
+    rules.at_most("--bootstrap", args.bootstrap, MAX_BOOTSTRAP, "more resamples narrow no interval and each needs memory")
     check_analysis_env()  # the report's worker count, refused before training rather than after it
     rules.positive_int("--max-runs", args.max_runs)
     check_plan_size(args)

@@ -9,7 +9,8 @@ submitted) beside the ledger state.
 State `trained`: training is done but the records are not the run's result yet (not evaluated,
 an unreadable eval.parquet, partial, or of another suite); relaunching the study evaluates it.
 The `files` column says what is damaged (`ok` otherwise): `ckpt-missing` (no checkpoint left),
-`ckpt-corrupt` (the final one fails its checksum), `eval-unreadable` (a truncated eval.parquet).
+`ckpt-corrupt` (the final one fails its checksum), `eval-unreadable` (a truncated eval.parquet),
+`eval-schema` (an eval.parquet whose columns break cli.schema: a string `value`).
 Each damaged or failed run also gets a `warning:` line under the table saying how to repair or
 retry it (`--retry-failed`), as does a run the table cannot show as it should (its folder or
 spec.json missing or corrupt, a status.json rebuilt from its checkpoints).
@@ -30,7 +31,7 @@ from typing import Any
 
 from analysis.carry import study_note
 from analysis.fairness import plateau_table
-from cli import InputError, Parser, parse, run_main
+from cli import InputError, Parser, parse, run_main, schema
 from jobs.train import checkpoint as ckpt
 from jobs.executors.slurm import queue_states
 from jobs.data.ledger import ledger_columns
@@ -50,19 +51,21 @@ QUEUE_COLUMN = "queue"
 
 
 def last_train_row(run_dir: Path) -> dict[str, Any] | None:
-    """The newest `kind="train"` row of metrics.ndjson, reading only the file's tail."""
+    """The newest `kind="train"` row of metrics.ndjson, reading only the file's tail; a row that
+    breaks `cli.schema.METRICS_ROW` on the way is refused (InputError naming the line and key)."""
     path = run_dir / METRICS_FILE
     if not path.exists():
         return None
     with open(path, "rb") as handle:
         handle.seek(max(0, path.stat().st_size - TAIL_BYTES))
         lines = handle.read().decode("utf-8", errors="replace").splitlines()
-    for line in reversed(lines):
+    for back, line in enumerate(reversed(lines)):
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if row.get("kind") == "train":
+        where = f"{path} line {len(lines) - back}" + (" of its tail" if path.stat().st_size > TAIL_BYTES else "")
+        if schema.METRICS_ROW.check(where, row).get("kind") == "train":
             return row
     return None
 
@@ -126,7 +129,7 @@ def numerics_lines(study_dir: Path, rows: list[tuple[str, ...]]) -> list[str]:
             label, n = paths.get(path.id, (path.label, 0))
             paths[path.id] = (label, n + 1)
     lines = [f"numerics {key}: {label} ({n} run{'s' if n != 1 else ''})" for key, (label, n) in paths.items()]
-    if len(paths) > 1:
+    if numerics.conflicting(list(paths)):
         lines.append(f"warning: the runs trained on {len(paths)} numerics paths; their values differ beyond "
                      "float rounding (docs/DESIGN.md, Numerics paths)")
     return lines
@@ -163,7 +166,7 @@ def damage(study_dir: Path, run_id: str, verify_all: bool = False) -> tuple[str,
         tags.append(tag)
         out.append(line)
     run = ledger.view(study_dir, run_id)
-    if run.state == "trained" and "eval-unreadable" not in tags:
+    if run.state == "trained" and not {"eval-unreadable", "eval-schema"} & set(tags):
         out.append(f"run {run_id}: {run.reason}; relaunch the study to evaluate it (it is not trained again)")
     if status.get("state") == "failed":
         out.append(f"run {run_id}: failed ({status.get('reason', 'no reason recorded')}); retry it: relaunch the "
@@ -203,6 +206,8 @@ def _records_damage(directory: Path, run_id: str) -> list[tuple[str, str]]:
         return []
     try:
         read_stamp(path)
+    except InputError as error:  # readable, but a column of the wrong kind (cli.schema)
+        return [("eval-schema", f"run {run_id}: {error}; relaunch the study to evaluate the run again")]
     except Exception as error:  # polars raises several types for a torn file
         return [("eval-unreadable", f"run {run_id}: {path} is unreadable ({type(error).__name__}: truncated or "
                  f"corrupt); relaunch the study to evaluate the run again")]

@@ -118,6 +118,88 @@ def _outputs(root: Path) -> None:
         (root / "sr" / name / "dec-enc-cpu" / review_book.RUN_FILE).write_text(text)
 
 
+def _evaluated(study: Path) -> None:
+    """Each run of a prepared study made to look trained and evaluated (no checkpoint)."""
+    for run in sorted((study / "runs").iterdir()):
+        (run / "status.json").write_text(json.dumps({"state": "done", "step": 2, "steps": 2}))
+        (run / "metrics.ndjson").write_text(json.dumps({"kind": "train", "step": 2, "tokens": 128, "loss": 5.0,
+                                                        "tokens_per_s": 10.0}) + "\n")
+        write_records(run / "eval.parquet", run_id=run.name, step=2)
+
+
+def _edit_json(path: Path, **changes) -> None:
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+DAMAGE = {  # study folder -> (file under its one run, or under the study with "../..", what it holds then)
+    "dm_step_x": ("status.json", {"step": "x"}), "dm_steps_null": ("status.json", {"steps": None}),
+    "dm_warnings_int": ("status.json", {"warnings": 5}), "dm_state_odd": ("status.json", {"state": "sideways"}),
+    "dm_settings_int": ("../../study.json", {"settings": 5}), "dm_seed_str": ("../../study.json", None),
+    "dm_carry_str": ("../../study.json", {"settings": {"carry_lr": {"ar": "fast"}}}),
+    "dm_options_str": ("spec.json", {"model_options": "x"}), "dm_ema_big": ("spec.json", {"ema": 7}),
+    "dm_spec_list": ("spec.json", []), "dm_lock_dir": (".lock", "dir"), "dm_status_dir": ("status.json", "dir"),
+    "dm_tokens_abc": ("metrics.ndjson", {"tokens": "abc"}), "dm_step_neg": ("metrics.ndjson", {"step": -3}),
+    "dm_value_str": ("eval.parquet", "value"),
+}
+
+
+def _damage(root: Path, name: str, file: str, change) -> None:
+    study = build_study({"families": "ar", "sizes": "0.1M", "seeds": 1, "max_steps": 2, "seq_len": 32})
+    ledger.prepare(root / name, study)
+    _evaluated(root / name)
+    path = next((root / name / "runs").iterdir()) / file
+    if change == "dir":
+        path.unlink(missing_ok=True)
+        path.mkdir()
+    elif change == "value":
+        pl.read_parquet(path).with_columns(pl.col("value").cast(pl.String)).write_parquet(path)
+    elif file == "metrics.ndjson":
+        path.write_text(json.dumps({**json.loads(path.read_text()), **change}) + "\n")
+    elif change is None:  # a run's row with a seed of another kind
+        doc = json.loads(path.read_text())
+        doc["runs"][doc["order"][0]]["seed"] = "one"
+        path.write_text(json.dumps(doc))
+    elif isinstance(change, list):
+        path.write_text(json.dumps(change))
+    else:
+        _edit_json(path, **change)
+
+
+SELECTED = {"family": "ar", "variant": "", "metric": "nll_l2r", "val_mean": 2.0, "n_candidates": 3,
+            "budget_flops": 1e15, "sweep_lr": 1e-3, "size": "0.1M", "dataset": "shakespeare"}
+FITS = {  # study folder -> its report/fits.json text (what --carry-lr-from reads)
+    "fits_lr_str": {"sweep_lr": "1e-3"}, "fits_budget_str": {"budget_flops": "1e15"},
+    "fits_budget_nan": {"budget_flops": float("nan")}, "fits_lr_neg": {"sweep_lr": -1e-3},
+    "fits_no_val": {"val_mean": ...}, "fits_no_family": {"family": ...}, "fits_cand_str": {"n_candidates": "3"},
+    "fits_val_inf": {"val_mean": float("inf")},
+}
+
+
+def _fits(root: Path) -> None:
+    for name, changes in FITS.items():
+        row = {k: v for k, v in {**SELECTED, **changes}.items() if v is not ...}
+        (root / name / "report").mkdir(parents=True)
+        (root / name / "report" / "fits.json").write_text(json.dumps({"selection": {"chosen": [row], "warnings": []}}))
+    for name, text in {"fits_list": "[1]", "fits_trunc": '{"selection": {"cho', "fits_sel_str": '{"selection": "x"}',
+                       "fits_chosen_int": '{"selection": {"chosen": 3}}', "fits_warn_int": '{"selection": '
+                       '{"chosen": [], "warnings": [3]}}'}.items():
+        (root / name / "report").mkdir(parents=True)
+        (root / name / "report" / "fits.json").write_text(text)
+
+
+RECORD_FILES = {  # records file -> its one row's changes (analysis' schema, the optional columns included)
+    "lr_str": {"sweep_lr": "1e-3"}, "lr_nan": {"sweep_lr": float("nan")}, "lr_neg": {"sweep_lr": -1e-3},
+    "budget_str": {"budget_flops": "1e15"}, "budget_nan": {"budget_flops": float("nan")},
+    "budget_neg": {"budget_flops": -1e15}, "temp_nan": {"temperature": float("nan")}, "top_p_5": {"top_p": 5.0},
+    "split_train": {"split": "train"}, "k_mc_0": {"k_mc": 0}, "weights_odd": {"weights": "average"},
+    "role_boss": {"role": "boss"}, "epochs_neg": {"epochs": -1.0}, "warmup_inf": {"sweep_warmup": float("inf")},
+    "factor_list": {"factor_depth": [3]}, "unit_bits": {"unit": "bits/byte", "run_id": "r2"},
+    "family_mdm": {"family": "mdm"}, "copy": {}, "test_a": {"split": "test", "sweep_lr": 1e-3},
+    "test_b": {"split": "test", "sweep_lr": 3e-3, "run_id": "r2"}, "temp_neg": {"temperature": -0.5},
+    "n_layer_0": {"n_layer": 0}, "repeats_str": {"repeats": "2"},
+}
+
+
 @pytest.fixture(scope="module")
 def ws(tmp_path_factory):
     """A trained run, a study, corpora, study files, symlinks; the caches are private folders."""
@@ -142,6 +224,11 @@ def ws(tmp_path_factory):
         (root / "records").mkdir()
         write_records(root / "records" / "good.parquet")
         _outputs(root)
+        for name, (file, change) in DAMAGE.items():
+            _damage(root, name, file, change)
+        _fits(root)
+        for name, changes in RECORD_FILES.items():
+            write_records(root / "records" / f"{name}.parquet", **changes)
         yield root, cache, hf
 
 
@@ -252,9 +339,10 @@ OUTPUTS = [  # an --out never replaces a study, a run, or what another source wr
     B("good", "study", "study is a study folder"), B("good", "rep", "rep is a report aoscale wrote, not a book"),
     B("good", "ar", "ar is a run folder"), B("good", "records", "records holds files"),
     B("good", "st2/runs/x", "inside the runs folder"),
-    B("trunc", "new_book", "book_run.json: not readable JSON"), B("list", "new_book", "holds a list"),
-    B("wall_str", "new_book", "wall_s = '1'"), B("rc_bool", "new_book", "rc = True"),
-    B("no_cmd", "new_book", "command = None"), B("load_str", "new_book", "load_after = ['high']"),
+    B("trunc", "new_book", "book_run.json: not readable JSON"), B("list", "new_book", "holds a JSON list"),
+    B("wall_str", "new_book", "book_run.json: wall_s: '1' must be a finite number"),
+    B("rc_bool", "new_book", "rc: True must be an integer"), B("no_cmd", "new_book", "book_run.json: command is missing"),
+    B("load_str", "new_book", "load_after[0]: 'high' must be a finite number"),
     B("missing", "new_book", "not found"),
 ]
 SPECIAL = [  # devices, FIFOs and sockets refused before they are opened
@@ -264,9 +352,67 @@ SPECIAL = [  # devices, FIFOs and sockets refused before they are opened
     O(["records/good.parquet"], "fifo", "fifo is a FIFO"), C("fit_curves", ["fifo"], "fifo is a FIFO"),
     T([], "fifo is a FIFO", run_dir="fifo"),
 ]
+def F(paths: list[str], field: str, *extra: str):
+    return C("fit_curves", [*paths, "--bootstrap", "10", "--out", "new_report", *extra], field)
+
+
+def R(name: str, field: str):
+    return F([f"records/{name}.parquet"], field)
+
+
+DAMAGED_FILES = [  # a file aoscale wrote, damaged: one line naming the file, the key and what was expected
+    C("status", ["dm_settings_int"], "study.json: settings: 5 must be a table"),
+    C("status", ["dm_carry_str"], "study.json: settings.carry_lr.ar: 'fast' must be a finite number"),
+    C("status", ["dm_lock_dir"], ".lock: is a folder, not a lock file"),
+    C("status", ["dm_tokens_abc"], "metrics.ndjson line 1: tokens: 'abc' must be an integer"),
+    C("status", ["dm_step_neg"], "metrics.ndjson line 1: step: -3 must be an integer >= 0"),
+    F(["dm_seed_str"], ".seed: 'one' must be an integer"), F(["dm_settings_int"], "study.json: settings: 5"),
+    F(["dm_options_str"], "spec.json: model_options: 'x' must be a table"),
+    F(["dm_ema_big"], "spec.json: ema: 7 must be a number in [0, 1)"),
+    F(["dm_spec_list"], "spec.json: holds a JSON list, expected an object"),
+    F(["dm_tokens_abc"], "metrics.ndjson line 1: tokens: 'abc' must be an integer"),
+    F(["dm_step_neg"], "metrics.ndjson line 1: step: -3 must be an integer >= 0"),
+    F(["dm_warnings_int"], "status.json: warnings: 5 must be a list"),
+    F(["dm_step_x"], "status.json: step: 'x' must be an integer"),
+    F(["dm_status_dir"], "status.json: is a folder"),
+    F(["dm_value_str"], "eval.parquet: column 'value' has type String, expected float"),
+    *[L(["--carry-lr-from", name], f"carry-lr-from: {name}/report/fits.json: {what}") for name, what in (
+        ("fits_lr_str", "selection.chosen[0].sweep_lr: '1e-3' must be a finite number"),
+        ("fits_budget_str", "selection.chosen[0].budget_flops: '1e15' must be a finite number"),
+        ("fits_budget_nan", "selection.chosen[0].budget_flops: nan must be a finite number"),
+        ("fits_lr_neg", "selection.chosen[0].sweep_lr: -0.001 must be a positive number"),
+        ("fits_no_val", "selection.chosen[0].val_mean is missing (must be a finite number)"),
+        ("fits_no_family", "selection.chosen[0].family is missing"),
+        ("fits_cand_str", "selection.chosen[0].n_candidates: '3' must be"),
+        ("fits_val_inf", "selection.chosen[0].val_mean: inf must be a finite number"),
+        ("fits_list", "holds a JSON list, expected an object (fits.json)"), ("fits_trunc", "not readable JSON"),
+        ("fits_sel_str", "selection: 'x' must be an object"), ("fits_chosen_int", "selection.chosen: 3 must be a list"),
+        ("fits_warn_int", "selection.warnings[0]: 3 must be a string"))],
+]
+RECORD_COLUMN_VALUES = [  # every column typed and ranged, the optional ones included
+    R("lr_str", "column 'sweep_lr' has type String, expected float"), R("lr_nan", "column 'sweep_lr' holds nan"),
+    R("lr_neg", "column 'sweep_lr' holds -0.001 at row 0 (run_id r1, metric nll_l2r), expected > 0"),
+    R("budget_str", "column 'budget_flops' has type String"), R("budget_nan", "column 'budget_flops' holds nan"),
+    R("budget_neg", "column 'budget_flops' holds -1000000000000000.0 at row 0 (run_id r1, metric nll_l2r), expected > 0"),
+    R("temp_nan", "column 'temperature' holds nan"), R("temp_neg", "column 'temperature' holds -0.5"),
+    R("top_p_5", "column 'top_p' holds 5.0 at row 0 (run_id r1, metric nll_l2r), expected > 0 and <= 1"),
+    R("split_train", "column 'split' holds 'train' at row 0 (run_id r1, metric nll_l2r), expected one of validation"),
+    R("k_mc_0", "column 'k_mc' holds 0"), R("weights_odd", "column 'weights' holds 'average'"),
+    R("role_boss", "column 'role' holds 'boss'"), R("epochs_neg", "column 'epochs' holds -1.0"),
+    R("warmup_inf", "column 'sweep_warmup' holds inf"), R("factor_list", "column 'factor_depth' has type List"),
+    R("n_layer_0", "column 'n_layer' holds 0"), R("repeats_str", "column 'repeats' has type String, expected int"),
+    F(["records/good.parquet", "records/unit_bits.parquet"], "metric nll_l2r of study s is in 2 units"),
+    F(["records/good.parquet", "records/family_mdm.parquet"], "run_id r1 names two runs (ar base 0.1M s0 and mdm"),
+    F(["records/good.parquet", "records/copy.parquet"], "row 1 (run_id r1, metric nll_l2r) is given twice"),
+    F(["records/good.parquet", "records/good.parquet"], "is given twice"),
+    F(["records/test_a.parquet", "records/test_b.parquet"], "study s sweeps sweep_lr but holds no validation records"),
+    F(["records/good.parquet"], "--bootstrap: 100000000000 must be at most 100000", "--bootstrap", "100000000000"),
+    L(["--bootstrap", "100000000000"], "--bootstrap: 100000000000 must be at most 100000"),
+]
 CLASSES = {"fields": FIELDS, "unknown keys": UNKNOWN, "duplicates": DUPLICATES, "before training": BEFORE_TRAINING,
            "plan size": PLAN_SIZE, "names and paths": NAMES_AND_PATHS, "data": DATA,
-           "outputs": OUTPUTS, "special files": SPECIAL}
+           "outputs": OUTPUTS, "special files": SPECIAL, "damaged files": DAMAGED_FILES,
+           "record columns": RECORD_COLUMN_VALUES}
 CASES = [case for cases in CLASSES.values() for case in cases]
 
 
@@ -334,3 +480,59 @@ def test_an_output_replaces_only_a_report_of_its_own_sources(tmp_path, monkeypat
     (legacy / "report.md").write_text("old\n")
     assert fit_curves.main(["a.parquet", "--bootstrap", "10"]) == 0 and (legacy / ".aoscale-output.json").is_file()
     capsys.readouterr()
+
+
+def _processes(ws, cases: list[tuple[str, list[str]]]) -> list[tuple[int, str, str]]:
+    """(exit status, stdout, stderr) of each `python -m module argv` run in the workspace, all at once."""
+    root, cache, hf = ws
+    env = {**os.environ, "PYTHONPATH": str(REPO), "AOSCALE_CACHE": str(cache), "HF_HOME": str(hf),
+           "HF_DATASETS_OFFLINE": "1"}
+    procs = [subprocess.Popen([sys.executable, "-m", module, *argv], cwd=root, env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for module, argv in cases]
+    outputs = [proc.communicate(timeout=300) for proc in procs]
+    return [(proc.returncode, *output) for proc, output in zip(procs, outputs)]
+
+
+DAMAGED_REAL = [  # (module, argv, what the one line names): each once a traceback (issue 37)
+    ("scaling.launch", [*LAUNCH, "--study-dir", "new", "--carry-lr-from", "fits_budget_str", "--dry-run"],
+     "selection.chosen[0].budget_flops: '1e15'"),
+    ("scaling.status", ["dm_settings_int"], "study.json: settings: 5"),
+    ("scaling.status", ["dm_lock_dir"], ".lock: is a folder"),
+    ("analysis.fit_curves", ["dm_options_str", "--out", "new"], "spec.json: model_options: 'x'"),
+    ("analysis.fit_curves", ["dm_tokens_abc", "--out", "new"], "metrics.ndjson line 1: tokens: 'abc'"),
+    ("analysis.fit_curves", ["records/budget_neg.parquet", "--out", "new"], "column 'budget_flops' holds -1"),
+    ("analysis.fit_curves", ["records/temp_nan.parquet", "--out", "new"], "column 'temperature' holds nan"),
+    ("analysis.fit_curves", ["records/good.parquet", "--bootstrap", "100000000000", "--out", "new"], "--bootstrap"),
+]
+
+
+def test_damaged_files_and_records_exit_2_in_real_processes(ws):
+    before = snapshot(*ws)
+    for (code, _, err), (module, argv, named) in zip(_processes(ws, [c[:2] for c in DAMAGED_REAL]), DAMAGED_REAL):
+        assert code == 2 and "Traceback" not in err, (module, argv, err)
+        assert len(err.strip().splitlines()) == 1 and named in err, err
+    assert snapshot(*ws) == before
+
+
+REBUILT = {"dm_step_x": "step: 'x' must be an integer", "dm_steps_null": "steps: None must be an integer",
+           "dm_warnings_int": "warnings: 5 must be a list", "dm_state_odd": "state: 'sideways' is not one of",
+           "dm_status_dir": "status.json: is a folder"}
+
+
+def test_status_rebuilds_a_damaged_status_json_naming_the_key_and_a_string_value_is_not_done(ws):
+    """status.json is the one kind a reader repairs rather than refuses (a run's status is always
+    true): status shows the run rebuilt from its checkpoints and warns naming the file and key,
+    and writes nothing. Records whose `value` column is text are no result: the run is `trained`."""
+    before = snapshot(*ws)
+    cases = [("scaling.status", [name, "--json"]) for name in [*REBUILT, "dm_value_str"]]
+    results = _processes(ws, cases)
+    for (code, out, err), name in zip(results, [*REBUILT, "dm_value_str"]):
+        assert code == 1 and "Traceback" not in err, (name, err)
+        run = json.loads(out)["runs"][0]
+        if name in REBUILT:
+            assert run["state"] == "pending" and f"status.json: {REBUILT[name]}".split(": ", 1)[-1] in err, err
+            assert "rebuilt from the checkpoints" in err, err
+        else:
+            assert run["state"] == "trained" and "eval-schema" in run["files"], run
+            assert "eval.parquet: column 'value' has type String, expected float" in err, err
+    assert snapshot(*ws) == before

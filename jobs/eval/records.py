@@ -46,33 +46,23 @@ from typing import Any
 
 import polars as pl
 
+from cli import InputError, schema
 from jobs.data.ledger import ledger_columns
 from jobs.run.files import atomic_write_bytes
 from models.ladder import get_shape
 
 EVAL_FILE = "eval.parquet"
-FACTOR_PREFIX = "factor_"  # optional columns: a run's level of each factor of a factorial design
-SWEEP_PREFIX = "sweep_"  # optional columns: a run's value of each swept setting (numbers)
+FACTOR_PREFIX = schema.FACTOR_PREFIX  # optional columns: a run's level of each factor of a factorial design
+SWEEP_PREFIX = schema.SWEEP_PREFIX  # optional columns: a run's value of each swept setting (numbers)
 
-CONTRACT_SCHEMA: dict[str, pl.DataType] = {
-    "study": pl.String, "run_id": pl.String, "family": pl.String, "variant": pl.String,
-    "size": pl.String, "n_params": pl.Int64, "n_params_family": pl.Int64, "tokens": pl.Int64,
-    "flops": pl.Float64, "seed": pl.Int64, "step": pl.Int64, "dataset": pl.String,
-    "split": pl.String, "metric": pl.String, "value": pl.Float64, "se": pl.Float64,
-    "n_samples": pl.Int64, "m": pl.Int64, "unit": pl.String,
-}
-EXTRA_SCHEMA: dict[str, pl.DataType] = {
-    "estimator": pl.String, "k_mc": pl.Int64, "n_targets": pl.Int64, "steps": pl.Int64,
-    "tokens_per_step": pl.Int64, "evaluator": pl.String, "weights": pl.String,
-    "chunking": pl.String, "eval_seed": pl.Int64, "role": pl.String, "device": pl.String,
-    "precision": pl.String, "coverage_tokens": pl.Int64, "split_tokens": pl.Int64,
-    "budget_flops": pl.Float64, "plan_tokens": pl.Int64, "epochs": pl.Float64, "unique_tokens": pl.Int64,
-    "suite": pl.String, "run_steps": pl.Int64, "n_layer": pl.Int64,
-    "temperature": pl.Float64, "top_p": pl.Float64, "repeats": pl.Int64, "suite_hash": pl.String,
-    "numerics": pl.String, "eval_numerics": pl.String,
-}
+DTYPES = {"str": pl.String, "int": pl.Int64, "float": pl.Float64}
+# The columns, their kinds and ranges are one table, cli.schema.RECORD_COLUMNS (analysis reads the same).
+CONTRACT_SCHEMA: dict[str, pl.DataType] = {name: DTYPES[col.kind] for name, col in schema.RECORD_COLUMNS.items()
+                                           if col.contract}
+EXTRA_SCHEMA: dict[str, pl.DataType] = {name: DTYPES[col.kind] for name, col in schema.RECORD_COLUMNS.items()
+                                        if not col.contract}
 SCHEMA = {**CONTRACT_SCHEMA, **EXTRA_SCHEMA}
-UNITS = ("nats/token", "nats/byte", "bits/byte", "ppl", "s", "fraction")
+UNITS = schema.UNITS  # nats/token, nats/byte, bits/byte, ppl, s, fraction
 TOKEN_UNIT = "_token_unit"  # context key (not a column): what one token is under the run's tokenizer
 BYTE_TOKENIZERS = ("bytes",)
 # A new evaluation replaces earlier rows with the same key (latest setting wins per estimator).
@@ -132,20 +122,24 @@ def record(context: dict[str, Any], *, dataset: str, split: str, metric: str, va
 
 def to_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
     """Rows as a DataFrame with the fixed schema (missing extras are null) plus any factor and sweep columns."""
-    schema = {**SCHEMA, **_extra_columns({key for row in rows for key in row})}
-    full = [{name: row.get(name) for name in schema} for row in rows]
-    return pl.DataFrame(full, schema=schema, orient="row")
+    dtypes = {**SCHEMA, **_extra_columns({key for row in rows for key in row})}
+    full = [{name: row.get(name) for name in dtypes} for row in rows]
+    return pl.DataFrame(full, schema=dtypes, orient="row")
 
 
 def read_records(run_dir: str | Path) -> pl.DataFrame:
-    """The run's eval.parquet (an empty frame with the schema when there is none)."""
+    """The run's eval.parquet (an empty frame with the schema when there is none); InputError when
+    a column is missing or of another kind (cli.schema.record_dtype_problem)."""
     path = Path(run_dir) / EVAL_FILE
     if not path.exists():
         return to_frame([])
     frame = pl.read_parquet(path)
-    schema = {**SCHEMA, **_extra_columns(frame.columns)}
-    missing = [pl.lit(None, dtype).alias(n) for n, dtype in schema.items() if n not in frame.columns]
-    return frame.with_columns(missing).select(list(schema)).cast(schema)
+    problem = schema.record_dtype_problem(frame.schema)
+    if problem:
+        raise InputError(f"{path}: {problem}; evaluate the run again (python -m jobs.evaluate --run-dir {run_dir})")
+    dtypes = {**SCHEMA, **_extra_columns(frame.columns)}
+    missing = [pl.lit(None, dtype).alias(n) for n, dtype in dtypes.items() if n not in frame.columns]
+    return frame.with_columns(missing).select(list(dtypes)).cast(dtypes)
 
 
 def merge_records(old: pl.DataFrame, new: pl.DataFrame) -> pl.DataFrame:

@@ -18,6 +18,7 @@ from pathlib import Path
 import polars as pl
 
 from cli import InputError
+from cli.schema import record_dtype_problem
 
 from jobs.data.suites import SUITES, resolve
 from jobs.eval.records import EVAL_FILE
@@ -29,8 +30,11 @@ HASH_COLUMN = "suite_hash"  # its fingerprint then (jobs.data.suites.Suite.finge
 
 def read_stamp(path: Path) -> tuple[set[str], int | None, set[str]]:
     """(suites named by the rows, smallest evaluated step, suite fingerprints) of an eval.parquet;
-    raises on an unreadable file (truncated, not parquet)."""
+    raises on an unreadable file (truncated, not parquet), InputError on columns of the wrong kind."""
     schema = pl.read_parquet_schema(path)
+    problem = record_dtype_problem(schema)  # a string `value` column is no result (cli.schema)
+    if problem:
+        raise InputError(f"{path}: {problem}")
     columns = [c for c in (SUITE_COLUMN, "step", HASH_COLUMN) if c in schema]
     frame = pl.read_parquet(path, columns=columns)
 
@@ -49,6 +53,8 @@ def records_gap(run_dir: str | Path, suite: str, steps: int) -> str | None:
         return "trained but not evaluated"
     try:
         suites, step, hashes = read_stamp(path)
+    except InputError as error:
+        return f"{EVAL_FILE} breaks the records schema ({str(error).partition(': ')[2]})"
     except Exception as error:  # polars raises several types for a torn file
         return f"{EVAL_FILE} is unreadable (truncated or corrupt: {type(error).__name__})"
     if suites and suites != {suite}:

@@ -21,7 +21,9 @@ from typing import Any, BinaryIO
 
 from cli.durable import fsync_dir
 
-STATES = ("pending", "running", "done", "failed", "preempted")
+from cli import InputError, rules, schema
+
+STATES = schema.STATES  # pending, running, done, failed, preempted
 STATUS_FILE = "status.json"
 METRICS_FILE = "metrics.ndjson"
 SPEC_FILE = "spec.json"
@@ -88,16 +90,14 @@ def read_json(path: str | Path, default: Any = None) -> Any:
 def read_status(run_dir: str | Path) -> dict[str, Any]:
     """The run's status (`{"state": "pending"}` when no status file exists yet).
 
-    A status.json that does not parse is rebuilt from the checkpoints and spec.json (see
-    `rebuild_status`) with a warning; the next `write_status` stores the rebuilt one."""
+    A status.json that does not parse or breaks its schema (`cli.schema.STATUS`: `step = "x"`,
+    `warnings = 5`) is rebuilt from the checkpoints and spec.json (see `rebuild_status`) with a
+    warning naming the key; the next `write_status` stores the rebuilt one."""
     path = Path(run_dir) / STATUS_FILE
     try:
-        status = read_json(path, default={"state": "pending", "step": 0})
-    except (ValueError, OSError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        return rebuild_status(run_dir, f"{path} was unreadable ({type(error).__name__})")
-    if not isinstance(status, dict) or status.get("state") not in STATES:
-        return rebuild_status(run_dir, f"{path} held no valid state")
-    return status
+        return schema.load_json(path, schema.STATUS, default={"state": "pending", "step": 0})
+    except InputError as error:  # not JSON, a folder or FIFO, or a key that breaks its rule (cli.schema)
+        return rebuild_status(run_dir, str(error))
 
 
 def checkpoint_steps(run_dir: str | Path) -> list[int]:
@@ -115,8 +115,8 @@ def rebuild_status(run_dir: str | Path, why: str) -> dict[str, Any]:
     steps = checkpoint_steps(run_dir)
     step = steps[-1] if steps else 0
     try:
-        total = int(read_json(Path(run_dir) / SPEC_FILE, default={}).get("steps", 0))
-    except (ValueError, OSError, AttributeError):
+        total = rules.nonneg_int("steps", read_json(Path(run_dir) / SPEC_FILE, default={}).get("steps", 0))
+    except (ValueError, OSError, AttributeError):  # InputError is a ValueError
         total = 0
     state = "done" if total and step >= total else ("preempted" if step else "pending")
     message = f"status: {why}; rebuilt from the checkpoints as {state} at step {step}"
@@ -198,16 +198,18 @@ def append_metrics(run_dir: str | Path, rows: Iterable[dict[str, Any]]) -> None:
 
 
 def read_metrics(run_dir: str | Path, kind: str | None = None) -> list[dict[str, Any]]:
-    """All metric rows (optionally of one `kind`); a torn last line from a crash is skipped."""
+    """All metric rows (optionally of one `kind`); a torn last line from a crash is skipped, a row
+    that breaks `cli.schema.METRICS_ROW` (`tokens = "abc"`) refused (InputError naming the line and key)."""
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
         return []
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
             continue
+        rows.append(schema.METRICS_ROW.check(f"{path} line {number}", row))
     return [r for r in rows if kind is None or r.get("kind") == kind]
 
 

@@ -16,7 +16,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from cli import EXIT_BUSY, Busy  # noqa: F401 - EXIT_BUSY re-exported for the executors
+from cli.paths import special_kind
+from cli import EXIT_BUSY, Busy, InputError  # noqa: F401 - EXIT_BUSY re-exported for the executors
 
 LOCK_FILE = ".lock"
 POLL_S = 0.2
@@ -34,6 +35,9 @@ def _key(run_dir: str | Path) -> str:
 
 
 def _try_flock(path: str) -> int | None:
+    kind = special_kind(path) or ("folder" if os.path.isdir(path) else None)
+    if kind:  # no process can hold a lock there: it is damage, named rather than a traceback
+        raise InputError(f"{path}: is a {kind}, not a lock file; remove it (no process holds a lock there)")
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

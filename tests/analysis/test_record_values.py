@@ -1,5 +1,6 @@
 """fit_curves refuses bad record values (non-finite numbers, negative seeds or counts, unknown
-units) with one line naming the column and a row, before it writes anything."""
+units: cli.schema.RECORD_COLUMNS) with one line naming the column, a row and what was expected,
+before it writes anything."""
 from __future__ import annotations
 
 import polars as pl
@@ -21,8 +22,8 @@ def _spoil(frame: pl.DataFrame, column: str, value) -> pl.DataFrame:
     ("value", float("nan"), "holds nan"), ("value", float("inf"), "holds inf"),
     ("flops", float("nan"), "holds nan"), ("flops", float("-inf"), "holds -inf"),
     ("se", float("inf"), "holds inf"),
-    ("seed", -1, "is negative (-1)"), ("n_samples", -8, "is negative (-8)"), ("tokens", -5, "is negative"),
-    ("step", -2, "is negative"), ("unit", "furlongs", "unknown unit 'furlongs'"),
+    ("seed", -1, "holds -1"), ("n_samples", -8, "holds -8"), ("tokens", -5, "holds -5"),
+    ("step", -2, "holds -2"), ("unit", "furlongs", "holds 'furlongs'"),
 ])
 @pytest.mark.parametrize("form", ["study", "file"])
 def test_bad_values_are_refused_naming_column_and_row_before_writing(tmp_path, capsys, column, value, said, form):

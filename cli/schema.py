@@ -1,0 +1,326 @@
+"""One schema per file kind aoscale reads back, each a table of rules (`cli.rules`), read through
+`load_json` / `check` (JSON documents and lines) or `check_records` (record frames).
+
+A JSON kind maps each key to a rule and names its required keys; a damaged file is refused with
+one `cli.InputError` line `<file>: <key>: <value> <what was expected>; <fix>` (a nested key is
+written `selection.chosen[2].sweep_lr`). Keys a kind does not name are left alone (newer writers
+may add some). The kinds: `study.json` (STUDY), a run's `spec.json` as analysis reads it (SPEC),
+`status.json` (STATUS), a `metrics.ndjson` row (METRICS_ROW), a report's `fits.json` as
+`--carry-lr-from` reads it (FITS), `book_run.json` (BOOK_RUN).
+
+Records (`eval.parquet`, and any records file given to `analysis.fit_curves`) are one table of
+columns, RECORD_COLUMNS: each column's kind (str, int, float), whether it may be null, and its
+range or its choices, the optional columns included; `sweep_<name>` and `factor_<name>` columns
+by their prefix. `record_dtype_problem` checks a file's column types (cheap: the parquet schema);
+`check_records` checks types, nulls, ranges and choices and names the first bad row.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from cli import InputError, rules
+from cli.paths import special_kind
+
+Rule = Callable[[str, Any], Any]
+
+
+# ---- rules for values read from files -----------------------------------------------------------
+def optional(rule: Rule) -> Rule:
+    """`rule`, or null."""
+    return lambda field, value: None if value is None else rule(field, value)
+
+
+def string(field: str, value: Any) -> str:
+    """A string (may be empty: a variant, a reason)."""
+    if not isinstance(value, str):
+        raise rules.fail(field, value, "must be a string")
+    return value
+
+
+def list_of(rule: Rule, nonempty: bool = False) -> Rule:
+    """A JSON list whose every item passes `rule` (`field[i]` names a bad one)."""
+    def check(field: str, value: Any) -> list:
+        if not isinstance(value, list) or (nonempty and not value):
+            raise rules.fail(field, value, "must be a non-empty list" if nonempty else "must be a list")
+        return [rule(f"{field}[{i}]", item) for i, item in enumerate(value)]
+    return check
+
+
+def loss(field: str, value: Any) -> float:
+    """A loss as metrics.ndjson writes it: a number, or "nan"/"inf" (JSON has no NaN)."""
+    if isinstance(value, str) and value.lower() in ("nan", "inf", "-inf"):
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise rules.fail(field, value, "must be a number (or \"nan\")")
+    return value
+
+
+# ---- JSON kinds ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Kind:
+    """The keys of one kind of JSON object: key -> rule, the keys it must have, what to do when
+    a file of this kind is damaged."""
+
+    name: str
+    fields: Mapping[str, Rule]
+    required: tuple[str, ...] = ()
+    fix: str = ""
+
+    def check(self, where: str, doc: Any) -> dict:
+        """`doc` when it is an object whose keys pass their rules; InputError naming the key otherwise."""
+        if not isinstance(doc, dict):
+            raise InputError(f"{where}: holds a JSON {_json_type(doc)}, expected an object ({self.name})"
+                             + _fix(self.fix))
+        for key in self.required:
+            if key not in doc:
+                raise InputError(f"{where}: {key} is missing ({_expected(self.fields[key])})" + _fix(self.fix))
+        for key, rule in self.fields.items():
+            if key in doc:
+                try:
+                    rule(f"{where}: {key}", doc[key])
+                except InputError as error:
+                    raise InputError(f"{error}" + ("" if "; " in str(error) else _fix(self.fix))) from None
+        return doc
+
+
+def nested(kind: Kind) -> Rule:
+    """A rule for an object inside a document, checked by `kind` (keys named `outer.inner`)."""
+    def check(field: str, value: Any) -> dict:
+        where, _, key = field.rpartition(": ")
+        prefix = f"{where}: {key}." if where else f"{field}."
+        if not isinstance(value, dict):
+            raise rules.fail(field, value, f"must be an object ({kind.name})")
+        for name in kind.required:
+            if name not in value:
+                raise InputError(f"{prefix}{name} is missing ({_expected(kind.fields[name])})")
+        for name, rule in kind.fields.items():
+            if name in value:
+                rule(f"{prefix}{name}", value[name])
+        return value
+    return check
+
+
+def _json_type(doc: Any) -> str:
+    return {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}.get(type(doc), "null")
+
+
+def _fix(fix: str) -> str:
+    return f"; {fix}" if fix else ""
+
+
+class _Probe:
+    """A value no rule accepts, shown as `?` (so a rule's phrase can be read off its error)."""
+
+    def __repr__(self) -> str:
+        return "?"
+
+
+def _expected(rule: Rule) -> str:
+    """What `rule` asks for, in its own words ("must be an integer")."""
+    try:
+        rule("x", _Probe())
+    except InputError as error:
+        return str(error).split(" ", 2)[-1].split("; ")[0]
+    return "a value"
+
+
+STATES = ("pending", "running", "done", "failed", "preempted")  # jobs.run.files.STATES
+STATUS = Kind("status.json", {
+    "state": lambda f, v: rules.one_of(f, v, STATES), "step": rules.nonneg_int, "steps": rules.nonneg_int,
+    "attempts": rules.nonneg_int, "failures": rules.nonneg_int, "warnings": list_of(string), "reason": string,
+    "updated_at": rules.number, "job_id": string}, required=("state",))
+STUDY_ROW = Kind("a run's row", {"family": rules.text, "variant": string, "size": rules.text, "seed": rules.seed},
+                 required=("family", "variant", "size", "seed"))
+STUDY = Kind("study.json", {
+    "format": rules.integer, "hash": string, "name": string, "order": list_of(string),
+    "runs": lambda f, v: {k: nested(STUDY_ROW)(f"{f}.{k}", row) for k, row in rules.table(f, v).items()},
+    "settings": rules.table},
+    fix="it was not written by scaling.launch: move the folder away or pick another --study-dir")
+SPEC = Kind("spec.json", {  # the keys analysis reads (jobs.run.spec.RunSpec checks the whole spec)
+    "model_options": optional(rules.table), "ema": optional(rules.rate), "eval_suite": rules.text,
+    "steps": rules.positive_int, "lr": rules.positive_number, "tokenizer": rules.text, "corpus": optional(string),
+    "batch_size": rules.positive_int, "seq_len": rules.positive_int},
+    fix="relaunch the study to rewrite it")
+METRICS_ROW = Kind("metrics.ndjson row", {
+    "kind": rules.text, "step": rules.nonneg_int, "tokens": optional(rules.nonneg_int), "loss": loss,
+    "val_loss": loss, "tokens_per_s": optional(rules.nonneg_number)},
+    fix="fix or delete that line (a run's training log)")
+CHOSEN = Kind("a chosen cell", {
+    "family": rules.text, "variant": string, "metric": rules.text, "val_mean": rules.number,
+    "n_candidates": optional(rules.positive_int), "budget_flops": optional(rules.positive_number),
+    "sweep_lr": optional(rules.positive_number)}, required=("family", "variant", "metric", "val_mean"))
+SELECTION = Kind("selection", {"chosen": list_of(nested(CHOSEN)), "warnings": list_of(string)})
+FITS = Kind("fits.json", {"selection": optional(nested(SELECTION))},
+            fix="rebuild the report: python -m analysis.fit_curves <study>")
+BOOK_RUN = Kind("book_run.json", {
+    "command": rules.text, "wall_s": rules.nonneg_number, "rc": rules.integer,
+    "load_before": list_of(rules.nonneg_number, nonempty=True), "load_after": list_of(rules.nonneg_number, nonempty=True)},
+    required=("command", "wall_s", "rc", "load_before", "load_after"), fix="run that study again")
+
+
+def read_text(path: Path, fix: str = "") -> str:
+    """A file's text; InputError naming it when it is special (a FIFO would block), a folder,
+    unreadable or not UTF-8."""
+    kind = special_kind(path) or ("folder" if path.is_dir() else None)
+    if kind:
+        raise InputError(f"{path}: is a {kind}, not a regular file" + _fix(fix))
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise InputError(f"{path}: cannot be read ({error.strerror or error})" + _fix(fix)) from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: is not UTF-8 text" + _fix(fix)) from None
+
+
+def load_json(path: str | Path, kind: Kind, default: Any = None) -> Any:
+    """A JSON file of `kind`, checked; `default` when it does not exist."""
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        return default
+    text = read_text(path, kind.fix)
+    try:
+        doc = json.loads(text)
+    except ValueError as error:
+        raise InputError(f"{path}: not readable JSON ({error})" + _fix(kind.fix)) from None
+    return kind.check(str(path), doc)
+
+
+# ---- records -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Column:
+    """One record column: kind (str, int, float; level: any scalar, a factor's), nullable, its
+    range (`low` < or <= value <= `high`) or `choices`; `contract`: one of CONTRACTS.md's columns
+    (the others are optional)."""
+
+    kind: str
+    nullable: bool = True
+    low: float | None = None
+    low_open: bool = False
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+    contract: bool = False
+
+    def expected(self) -> str:
+        """The range in words."""
+        if self.choices:
+            return "one of " + ", ".join(self.choices)
+        low = "" if self.low is None else f"{'>' if self.low_open else '>='} {self.low:g}"
+        high = "" if self.high is None else f"<= {self.high:g}"
+        return " and ".join(p for p in (low, high) if p) or f"a finite {self.kind}"
+
+
+UNITS = ("nats/token", "nats/byte", "bits/byte", "ppl", "s", "fraction")  # what jobs.eval.records.record writes
+SPLITS = ("validation", "test", "samples")  # the corpus's validation, held-out test, generated samples
+_COUNT, _POSITIVE = dict(low=0), dict(low=0, low_open=True)
+RECORD_COLUMNS: dict[str, Column] = {
+    "study": Column("str", False, contract=True), "run_id": Column("str", False, contract=True),
+    "family": Column("str", False, contract=True), "variant": Column("str", False, contract=True),
+    "size": Column("str", False, contract=True), "n_params": Column("int", False, **_POSITIVE, contract=True),
+    "n_params_family": Column("int", False, **_COUNT, contract=True),
+    "tokens": Column("int", False, **_COUNT, contract=True), "flops": Column("float", False, **_COUNT, contract=True),
+    "seed": Column("int", False, **_COUNT, contract=True), "step": Column("int", False, **_COUNT, contract=True),
+    "dataset": Column("str", False, contract=True), "split": Column("str", False, choices=SPLITS, contract=True),
+    "metric": Column("str", False, contract=True), "value": Column("float", False, contract=True),
+    "se": Column("float", **_COUNT, contract=True), "n_samples": Column("int", False, **_COUNT, contract=True),
+    "m": Column("int", **_COUNT, contract=True), "unit": Column("str", False, choices=UNITS, contract=True),
+    "estimator": Column("str"), "k_mc": Column("int", low=1), "n_targets": Column("int", low=1),
+    "steps": Column("int", low=1), "tokens_per_step": Column("int", low=1), "evaluator": Column("str"),
+    "weights": Column("str", choices=("ema", "raw")), "chunking": Column("str"), "eval_seed": Column("int", **_COUNT),
+    "role": Column("str", choices=("compared", "judge")), "device": Column("str"), "precision": Column("str"),
+    "coverage_tokens": Column("int", **_COUNT), "split_tokens": Column("int", **_COUNT),
+    "budget_flops": Column("float", **_POSITIVE), "plan_tokens": Column("int", **_COUNT),
+    "epochs": Column("float", **_COUNT), "unique_tokens": Column("int", **_COUNT), "suite": Column("str"),
+    "run_steps": Column("int", **_COUNT), "n_layer": Column("int", low=1), "temperature": Column("float", **_COUNT),
+    "top_p": Column("float", **_POSITIVE, high=1), "repeats": Column("int", low=1), "suite_hash": Column("str"),
+    "numerics": Column("str"), "eval_numerics": Column("str"),
+}
+FACTOR_PREFIX, SWEEP_PREFIX = "factor_", "sweep_"  # a run's factor level (text), a swept setting's value
+PREFIX_COLUMNS = {FACTOR_PREFIX: Column("level"), SWEEP_PREFIX: Column("float", **_COUNT)}  # a level: any scalar
+SWEEP_RANGES = {"sweep_lr": Column("float", **_POSITIVE)}  # swept settings with a stricter range
+
+
+def column(name: str) -> Column | None:
+    """The schema of record column `name` (by its prefix for factor and sweep columns), or None."""
+    if name in RECORD_COLUMNS or name in SWEEP_RANGES:
+        return RECORD_COLUMNS.get(name) or SWEEP_RANGES[name]
+    return next((c for prefix, c in PREFIX_COLUMNS.items() if name.startswith(prefix)), None)
+
+
+def _kind_ok(dtype: pl.DataType, col: Column) -> bool:
+    if dtype == pl.Null:
+        return True  # an all-null column: `check_records` refuses it where the column needs values
+    if col.kind == "level":
+        return not dtype.is_nested()
+    if col.kind == "str":
+        return dtype in (pl.String, pl.Categorical) or isinstance(dtype, pl.Enum)
+    return dtype.is_integer() if col.kind == "int" else dtype.is_float() or dtype.is_integer()
+
+
+def record_dtype_problem(schema: Mapping[str, pl.DataType]) -> str | None:
+    """Why a records file's column types break the schema (a missing contract column, a column of
+    the wrong kind), or None."""
+    for name, col in RECORD_COLUMNS.items():
+        if col.contract and name not in schema:
+            return f"column '{name}' ({col.kind}) is missing"
+    for name, dtype in schema.items():
+        col = column(name)
+        if col is not None and not _kind_ok(dtype, col):
+            return f"column '{name}' has type {dtype}, expected {col.kind}"
+    return None
+
+
+def _bad(col: Column, value: pl.Expr) -> pl.Expr:
+    """Rows whose non-null value breaks `col`'s range or choices (null where fine)."""
+    if col.choices:
+        return ~value.is_in(list(col.choices))
+    if col.kind in ("str", "level"):
+        return pl.lit(False)
+    bad = ~value.cast(pl.Float64).is_finite()
+    if col.low is not None:
+        bad = bad | ((value <= col.low) if col.low_open else (value < col.low))
+    return bad | (value > col.high) if col.high is not None else bad
+
+
+def check_records(frame: pl.DataFrame, source: str) -> None:
+    """Refuse (InputError: one line naming the column and the first bad row) a records frame whose
+    columns break RECORD_COLUMNS: wrong kind, null where a value is needed, out of range or
+    choices."""
+    problem = record_dtype_problem(frame.schema)
+    if problem:
+        raise InputError(f"{source}: {problem}; fix the records")
+    for name in frame.columns:
+        col = column(name)
+        if col is None:
+            continue
+        value = pl.col(name)
+        bad = value.is_null() if not col.nullable else pl.lit(False)
+        if frame.schema[name] != pl.Null:
+            bad = bad | (value.is_not_null() & _bad(col, value))
+        row = first_bad(frame, bad)
+        if row is not None:
+            shown = "null" if row[name] is None else repr(row[name])
+            raise InputError(f"{source}: column '{name}' holds {shown} at {where(row)}, expected "
+                             f"{'a value' if row[name] is None else col.expected()}; fix or drop the row")
+
+
+def first_bad(frame: pl.DataFrame, bad: pl.Expr) -> dict | None:
+    """The first row where `bad` holds, with its index as `_row`; None when there is none."""
+    rows = frame.with_row_index("_row").filter(bad.fill_null(False)).head(1).to_dicts()
+    return rows[0] if rows else None
+
+
+def where(row: dict) -> str:
+    """A bad row as a reader finds it: its index, run and metric."""
+    return f"row {row['_row']} (run_id {row.get('run_id')}, metric {row.get('metric')})"
+
+
+def finite(value: Any) -> bool:
+    """A number that is not NaN or inf."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
