@@ -86,7 +86,8 @@ class Kind:
                 try:
                     rule(f"{where}: {key}", doc[key])
                 except InputError as error:
-                    raise InputError(f"{error}" + ("" if "; " in str(error) else _fix(self.fix))) from None
+                    shown = str(error).split("; ")[0] if self.fix else str(error)  # the file's fix, not the rule's
+                    raise InputError(shown + _fix(self.fix)) from None
         return doc
 
 

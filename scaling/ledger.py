@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from cli import InputError, rules
+from cli import InputError, rules, schema
 from cli.paths import special_kind, within
 from jobs.eval.state import records_gap
 from jobs.executors import lock_held
@@ -76,10 +76,19 @@ def _check_document(path: Path, doc: Any) -> None:
         if broken:
             why = f"lists run {broken[0]!r} without its row ({', '.join(RUN_KEYS)})"
     if why is None:
+        _check_schema(path, doc)
         _check_ids(path, doc)
     if why:
         raise StudyError(f"study-dir: {path} {why}; it was not written by scaling.launch: move the folder away "
                          "or pick another --study-dir")
+
+
+def _check_schema(path: Path, doc: dict) -> None:
+    """Each key's kind (cli.schema.STUDY: `settings` a table, a row's `seed` an integer, ...)."""
+    try:
+        schema.STUDY.check(str(path), doc)
+    except InputError as error:
+        raise StudyError(f"study-dir: {error}") from None
 
 
 def _check_ids(path: Path, doc: dict) -> None:
