@@ -24,6 +24,7 @@ import polars as pl
 
 from analysis.ablations import seed_table
 from analysis.records import OPTION_PREFIX
+from cli import numerics_ids
 
 PLATEAU_MARGIN_NATS = 0.1  # "clearly below" the unigram baseline, nats/token (issue: >= 0.1)
 BASELINE_METRIC = "nll_unigram"
@@ -184,19 +185,22 @@ NUMERICS_COLUMN = "numerics"  # each run's training numerics path id(s), "+"-joi
 
 def numerics_warnings(final: pl.DataFrame) -> list[str]:
     """A warning when the compared runs trained on more than one numerics path (or one of them
-    changed path on a resume); runs without the column (trained before it existed) are counted
-    apart, and alone they give no warning."""
+    changed path on a resume). A path id is `<machine>.<kernels>` (jobs/run/numerics.py): runs
+    whose cores never reach the fused kernels (`-`) share the path of kernel users on their
+    machine. Runs without the column (trained before it existed) are counted apart, and alone
+    they give no warning."""
     if NUMERICS_COLUMN not in final.columns or final.is_empty():
         return []
     per_run = final.select("run_id", NUMERICS_COLUMN).unique()
     paths = per_run[NUMERICS_COLUMN].drop_nulls()
+    machines, builds = numerics_ids.machines_and_builds(list(paths))
+    if not numerics_ids.conflicting(list(paths)):
+        return []
     ids = sorted({part for value in paths for part in value.split("+")})
     mixed = sorted(per_run.filter(pl.col(NUMERICS_COLUMN).str.contains("+", literal=True))["run_id"])
-    if len(ids) <= 1:
-        return []
     counts = ", ".join(f"{key} ({int((paths.str.contains(key, literal=True)).sum())} runs)" for key in ids)
     unknown = per_run[NUMERICS_COLUMN].null_count()
-    return [f"The runs trained on {len(ids)} numerics paths: {counts}"
+    return [f"The runs trained on {len(machines)} machine path(s) and {len(builds)} kernel build(s): {counts}"
             + (f"; {len(mixed)} changed path on a resume ({', '.join(mixed)})" if mixed else "")
             + (f"; {unknown} record none" if unknown else "")
             + ". One spec trained on two paths gives two models (docs/DESIGN.md, Numerics paths): "

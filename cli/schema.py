@@ -21,9 +21,10 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import polars as pl
+if TYPE_CHECKING:  # polars is imported where a records frame is read: a worker that writes
+    import polars as pl  # status.json or metrics rows (jobs.run.files) does not load it
 
 from cli import InputError, rules
 from cli.paths import special_kind
@@ -255,6 +256,8 @@ def column(name: str) -> Column | None:
 
 
 def _kind_ok(dtype: pl.DataType, col: Column) -> bool:
+    import polars as pl
+
     if dtype == pl.Null:
         return True  # an all-null column: `check_records` refuses it where the column needs values
     if col.kind == "level":
@@ -279,6 +282,8 @@ def record_dtype_problem(schema: Mapping[str, pl.DataType]) -> str | None:
 
 def _bad(col: Column, value: pl.Expr) -> pl.Expr:
     """Rows whose non-null value breaks `col`'s range or choices (null where fine)."""
+    import polars as pl
+
     if col.choices:
         return ~value.is_in(list(col.choices))
     if col.kind in ("str", "level"):
@@ -293,6 +298,8 @@ def check_records(frame: pl.DataFrame, source: str) -> None:
     """Refuse (InputError: one line naming the column and the first bad row) a records frame whose
     columns break RECORD_COLUMNS: wrong kind, null where a value is needed, out of range or
     choices."""
+    import polars as pl
+
     problem = record_dtype_problem(frame.schema)
     if problem:
         raise InputError(f"{source}: {problem}; fix the records")

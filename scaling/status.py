@@ -31,7 +31,7 @@ from typing import Any
 
 from analysis.carry import study_note
 from analysis.fairness import plateau_table
-from cli import InputError, Parser, parse, run_main, schema
+from cli import InputError, Parser, numerics_ids, parse, run_main, schema
 from jobs.train import checkpoint as ckpt
 from jobs.executors.slurm import queue_states
 from jobs.data.ledger import ledger_columns
@@ -129,7 +129,7 @@ def numerics_lines(study_dir: Path, rows: list[tuple[str, ...]]) -> list[str]:
             label, n = paths.get(path.id, (path.label, 0))
             paths[path.id] = (label, n + 1)
     lines = [f"numerics {key}: {label} ({n} run{'s' if n != 1 else ''})" for key, (label, n) in paths.items()]
-    if numerics.conflicting(list(paths)):
+    if numerics_ids.conflicting(list(paths)):
         lines.append(f"warning: the runs trained on {len(paths)} numerics paths; their values differ beyond "
                      "float rounding (docs/DESIGN.md, Numerics paths)")
     return lines

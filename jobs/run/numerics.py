@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from cli import InputError
+from cli import InputError, numerics_ids
 from cli.environment import ALLOW_NUMERICS_CHANGE, numerics_change_allowed
 from jobs.run.files import atomic_write_json
 from models import kernels
@@ -48,9 +48,15 @@ class NumericsPath:
 
     @property
     def id(self) -> str:
-        """12 hex digits of the path's hash: the `numerics` record column."""
-        text = json.dumps(asdict(self), sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
+        """The `numerics` record column, `<machine>.<kernels>`: 8 hex digits of the hash of every
+        field but `kernels`, then the kernels' build key (8 characters), `off`, or `-` where the
+        pass never reaches them. Two runs compare on one path when their machine parts agree and
+        their kernel parts do too where both use kernels (`cli.numerics_ids.conflicting`): an AR
+        run (`-`) and an AO-GPT run (a build key) of one machine are on one path."""
+        machine = {k: v for k, v in asdict(self).items() if k != "kernels"}
+        digest = hashlib.sha256(json.dumps(machine, sort_keys=True).encode()).hexdigest()[:8]
+        kernel = {NOT_USED: numerics_ids.NOT_REACHED, "off": "off"}.get(self.kernels, self.kernels[:8])
+        return f"{digest}.{kernel}"
 
     @property
     def label(self) -> str:

@@ -61,7 +61,7 @@ def test_a_bad_worker_count_exits_2_in_one_line_writing_nothing(tmp_path, monkey
     monkeypatch.setenv(background.WORKERS_ENV, "all")
     assert fit_curves.main([str(study), "--bootstrap", "200"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("fit_curves: AOSCALE_ANALYSIS_WORKERS: 'all' is not a whole number"), err
+    assert len(err) == 1 and err[0].startswith("fit_curves: AOSCALE_ANALYSIS_WORKERS='all': expected a whole number >= 1"), err
     assert sorted(study.rglob("*")) == before
     monkeypatch.setenv(background.WORKERS_ENV, " 3 ")
     assert background.usable_cores() == 3

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from analysis.fairness import numerics_warnings
+from cli import numerics_ids
 from jobs.eval import evaluate as ev
 from jobs.run import numerics
 from jobs.run.files import read_metrics
@@ -62,7 +63,8 @@ def cache(tmp_path_factory):
 
 
 def test_the_path_id_is_stable_and_its_differences_are_named():
-    assert PATH.id == "1899df0a81ad"  # a hash of plain values: the same on every machine
+    assert PATH.id == "226429d3.a56449e2"  # a hash of plain values: the same on every machine
+    assert replace(PATH, kernels=numerics.NOT_USED).id == "226429d3.-"  # one machine, kernels unreached
     assert PATH.label == "cpu AVX2 torch 2.13.0 kernels a56449e2 1 thread fp32"
     other = replace(PATH, kernels="off", threads=2)
     assert other.id != PATH.id
@@ -144,12 +146,22 @@ def records(paths: list[str | None]) -> pl.DataFrame:
 
 
 def test_the_analysis_warns_when_runs_mix_paths():
-    assert numerics_warnings(records(["a", "a", None])) == []
+    assert numerics_warnings(records(["m1.k1", "m1.k1", None])) == []
     assert numerics_warnings(records([None, None])) == []
-    (line,) = numerics_warnings(records(["a", "b", "b", None]))
-    assert "2 numerics paths: a (1 runs), b (2 runs)" in line and "1 record none" in line
-    (line,) = numerics_warnings(records(["a", "a+b"]))
+    assert numerics_warnings(records(["m1.-", "m1.k1", "m1.-"])) == []  # AR beside AO-GPT, one machine
+    (line,) = numerics_warnings(records(["m1.-", "m2.-", "m2.-", None]))
+    assert "2 machine path(s) and 0 kernel build(s): m1.- (1 runs), m2.- (2 runs)" in line
+    assert "1 record none" in line
+    (line,) = numerics_warnings(records(["m1.k1", "m1.off"]))  # kernels on for one AO-GPT run, off for another
+    assert "1 machine path(s) and 2 kernel build(s)" in line
+    (line,) = numerics_warnings(records(["m1.k1", "m1.k1+m2.k1"]))
     assert "1 changed path on a resume (r1)" in line
+
+
+def test_path_ids_from_before_the_machine_kernels_split_read_as_their_own_machine():
+    assert numerics_ids.parts("1899df0a81ad") == [("1899df0a81ad", "-")]
+    assert numerics_ids.conflicting(["1899df0a81ad", "1899df0a81ad"]) is False
+    assert numerics_ids.conflicting(["1899df0a81ad", "226429d3.-"]) is True
 
 
 def test_status_shows_each_runs_path_and_warns_on_a_mix(tmp_path):

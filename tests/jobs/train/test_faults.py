@@ -161,7 +161,7 @@ def test_a_corrupt_status_json_in_a_study_is_rebuilt_and_the_study_finishes(tmp_
     assert status.main([str(study_dir)]) == 1
     out = capsys.readouterr()
     assert "preempted" in out.out and "3/6" in out.out
-    assert "status.json was unreadable" in out.err and "rebuilt from the checkpoints as preempted at step 3" in out.err
+    assert "status.json: not readable JSON" in out.err and "rebuilt from the checkpoints as preempted at step 3" in out.err
     argv = ["--study-dir", str(study_dir), "--no-progress", "--no-report",
             *("--families ar --sizes 0.1M --seeds 1 --max-steps 6 --seq-len 32".split())]
     monkeypatch.setattr(os, "cpu_count", lambda: 1)  # its worker trains on one thread, as this process does
