@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from cli import InputError, schema
+from cli import InputError, record_checks, schema
 
 UNITS = schema.UNITS  # jobs.eval.records.UNITS: the contract
 SPLITS = schema.SPLITS
@@ -25,8 +25,8 @@ MEASUREMENT = ("study", "run_id", "step", "dataset", "split", "metric", "estimat
 
 def check_values(frame: pl.DataFrame, source: str) -> None:
     """Refuse (InputError) a column of the wrong type, a null where a value is needed, a value
-    out of its range or choices (cli.schema.check_records)."""
-    schema.check_records(frame, source)
+    out of its range or choices (cli.record_checks.check_records)."""
+    record_checks.check_records(frame, source)
 
 
 def check_together(frame: pl.DataFrame, sources: str) -> None:
@@ -64,10 +64,10 @@ def _run(row: dict) -> str:
 
 def _no_row_twice(frame: pl.DataFrame) -> str | None:
     key = [c for c in MEASUREMENT if c in frame.columns]
-    row = schema.first_bad(frame, ~pl.struct(key).is_first_distinct())
+    row = record_checks.first_bad(frame, ~pl.struct(key).is_first_distinct())
     if row is None:
         return None
-    return (f"{schema.where(row)} is given twice (the same {row['dataset']} {row['split']} measurement of the run "
+    return (f"{record_checks.where(row)} is given twice (the same {row['dataset']} {row['split']} measurement of the run "
             "at the same step); pass each records file or study once, or drop the repeated rows")
 
 

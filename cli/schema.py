@@ -21,10 +21,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # polars is imported where a records frame is read: a worker that writes
-    import polars as pl  # status.json or metrics rows (jobs.run.files) does not load it
+from typing import Any
 
 from cli import InputError, rules
 from cli.paths import special_kind
@@ -253,80 +250,6 @@ def column(name: str) -> Column | None:
     if name in RECORD_COLUMNS or name in SWEEP_RANGES:
         return RECORD_COLUMNS.get(name) or SWEEP_RANGES[name]
     return next((c for prefix, c in PREFIX_COLUMNS.items() if name.startswith(prefix)), None)
-
-
-def _kind_ok(dtype: pl.DataType, col: Column) -> bool:
-    import polars as pl
-
-    if dtype == pl.Null:
-        return True  # an all-null column: `check_records` refuses it where the column needs values
-    if col.kind == "level":
-        return not dtype.is_nested()
-    if col.kind == "str":
-        return dtype in (pl.String, pl.Categorical) or isinstance(dtype, pl.Enum)
-    return dtype.is_integer() if col.kind == "int" else dtype.is_float() or dtype.is_integer()
-
-
-def record_dtype_problem(schema: Mapping[str, pl.DataType]) -> str | None:
-    """Why a records file's column types break the schema (a missing contract column, a column of
-    the wrong kind), or None."""
-    for name, col in RECORD_COLUMNS.items():
-        if col.contract and name not in schema:
-            return f"column '{name}' ({col.kind}) is missing"
-    for name, dtype in schema.items():
-        col = column(name)
-        if col is not None and not _kind_ok(dtype, col):
-            return f"column '{name}' has type {dtype}, expected {col.kind}"
-    return None
-
-
-def _bad(col: Column, value: pl.Expr) -> pl.Expr:
-    """Rows whose non-null value breaks `col`'s range or choices (null where fine)."""
-    import polars as pl
-
-    if col.choices:
-        return ~value.is_in(list(col.choices))
-    if col.kind in ("str", "level"):
-        return pl.lit(False)
-    bad = ~value.cast(pl.Float64).is_finite()
-    if col.low is not None:
-        bad = bad | ((value <= col.low) if col.low_open else (value < col.low))
-    return bad | (value > col.high) if col.high is not None else bad
-
-
-def check_records(frame: pl.DataFrame, source: str) -> None:
-    """Refuse (InputError: one line naming the column and the first bad row) a records frame whose
-    columns break RECORD_COLUMNS: wrong kind, null where a value is needed, out of range or
-    choices."""
-    import polars as pl
-
-    problem = record_dtype_problem(frame.schema)
-    if problem:
-        raise InputError(f"{source}: {problem}; fix the records")
-    for name in frame.columns:
-        col = column(name)
-        if col is None:
-            continue
-        value = pl.col(name)
-        bad = value.is_null() if not col.nullable else pl.lit(False)
-        if frame.schema[name] != pl.Null:
-            bad = bad | (value.is_not_null() & _bad(col, value))
-        row = first_bad(frame, bad)
-        if row is not None:
-            shown = "null" if row[name] is None else repr(row[name])
-            raise InputError(f"{source}: column '{name}' holds {shown} at {where(row)}, expected "
-                             f"{'a value' if row[name] is None else col.expected()}; fix or drop the row")
-
-
-def first_bad(frame: pl.DataFrame, bad: pl.Expr) -> dict | None:
-    """The first row where `bad` holds, with its index as `_row`; None when there is none."""
-    rows = frame.with_row_index("_row").filter(bad.fill_null(False)).head(1).to_dicts()
-    return rows[0] if rows else None
-
-
-def where(row: dict) -> str:
-    """A bad row as a reader finds it: its index, run and metric."""
-    return f"row {row['_row']} (run_id {row.get('run_id')}, metric {row.get('metric')})"
 
 
 def finite(value: Any) -> bool:

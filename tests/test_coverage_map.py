@@ -18,7 +18,6 @@ UNTESTED = {
     "cli.errors": "the InputError and Busy types, imported by the tests through `cli`",
     "cli.outputs": "the output-folder markers, driven through the report and book commands in tests/test_bad_inputs.py",
     "cli.paths": "user paths and special files, driven through every command in tests/test_bad_inputs*.py",
-    "cli.schema": "new (another helper's change in flight); its tests come with it",
     "jobs.data.rows": "rows of a local corpus, reached through jobs.data.corpus in tests/jobs/data",
     "jobs.eval.state": "records_gap, reached through the ledger and the pipeline in tests/scaling/test_study*.py",
     "jobs.evaluate.__main__": "a 6-line `python -m` entry point forwarding to jobs.eval.evaluate.main",

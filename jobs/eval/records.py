@@ -46,7 +46,7 @@ from typing import Any
 
 import polars as pl
 
-from cli import InputError, schema
+from cli import InputError, record_checks, schema
 from jobs.data.ledger import ledger_columns
 from jobs.run.files import atomic_write_bytes
 from models.ladder import get_shape
@@ -129,12 +129,12 @@ def to_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
 
 def read_records(run_dir: str | Path) -> pl.DataFrame:
     """The run's eval.parquet (an empty frame with the schema when there is none); InputError when
-    a column is missing or of another kind (cli.schema.record_dtype_problem)."""
+    a column is missing or of another kind (cli.record_checks.record_dtype_problem)."""
     path = Path(run_dir) / EVAL_FILE
     if not path.exists():
         return to_frame([])
     frame = pl.read_parquet(path)
-    problem = schema.record_dtype_problem(frame.schema)
+    problem = record_checks.record_dtype_problem(frame.schema)
     if problem:
         raise InputError(f"{path}: {problem}; evaluate the run again (python -m jobs.evaluate --run-dir {run_dir})")
     dtypes = {**SCHEMA, **_extra_columns(frame.columns)}

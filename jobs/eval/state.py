@@ -18,7 +18,7 @@ from pathlib import Path
 import polars as pl
 
 from cli import InputError
-from cli.schema import record_dtype_problem
+from cli.record_checks import record_dtype_problem
 
 from jobs.data.suites import SUITES, resolve
 from jobs.eval.records import EVAL_FILE
@@ -32,7 +32,7 @@ def read_stamp(path: Path) -> tuple[set[str], int | None, set[str]]:
     """(suites named by the rows, smallest evaluated step, suite fingerprints) of an eval.parquet;
     raises on an unreadable file (truncated, not parquet), InputError on columns of the wrong kind."""
     schema = pl.read_parquet_schema(path)
-    problem = record_dtype_problem(schema)  # a string `value` column is no result (cli.schema)
+    problem = record_dtype_problem(schema)  # a string `value` column is no result (cli.record_checks)
     if problem:
         raise InputError(f"{path}: {problem}")
     columns = [c for c in (SUITE_COLUMN, "step", HASH_COLUMN) if c in schema]
