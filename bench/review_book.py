@@ -33,6 +33,7 @@ from cli.paths import refuse_special, user_path  # noqa: E402
 DEFAULT_OUT = Path("docs/results/review")
 CONDITIONS = ("m", "steps", "tokens_per_step", "temperature", "top_p")  # the report's (analysis.cells)
 RUN_FILE = "book_run.json"  # beside the study: its launch's command, wall time, exit and load averages
+FITS_FILE = "fits.json"  # in the study's report: what a section quotes beside its tables
 COMMON_CAVEATS = (
     "Shakespeare bytes, not OpenWebText BPE: a 257-token vocabulary and 32-byte contexts, so context "
     "lengths, vocabulary effects and every absolute loss differ from the paper's.",
@@ -463,7 +464,7 @@ def repeats_md(path: Path) -> str:
 def section_md(preset: str, run: dict, report_dir: Path) -> str:
     """One book section from a finished study's report."""
     section = SECTIONS[preset]
-    fits = json.loads((report_dir / "fits.json").read_text())
+    fits = read_fits(report_dir)
     points = pl.read_csv(report_dir / "tables" / "points.csv")
     plateau = fits.get("plateau_runs", [])
     wall = (f"**Wall time.** {run['wall_s'] / 60:.1f} min (exit {run['rc']}); load average "
@@ -520,8 +521,18 @@ def read_run(path: Path) -> dict:
 
 
 def read_runs(studies_root: Path, presets: list[str]) -> dict[str, dict]:
-    """Every preset's book_run.json under `studies_root`, each checked by read_run."""
-    return {preset: read_run(studies_root / preset / RUN_FILE) for preset in presets}
+    """Every preset's book_run.json under `studies_root`, each checked by read_run, and its
+    report's fits.json where there is one (read_fits): a damaged one is refused before the book is written."""
+    runs = {preset: read_run(studies_root / preset / RUN_FILE) for preset in presets}
+    for preset in presets:
+        if (studies_root / preset / "report" / FITS_FILE).exists():
+            read_fits(studies_root / preset / "report")
+    return runs
+
+
+def read_fits(report_dir: Path) -> dict:
+    """A report's fits.json, checked by cli.schema.FITS (InputError naming the file and the key otherwise)."""
+    return schema.load_json(report_dir / FITS_FILE, schema.FITS, default={})
 
 
 def check_book_out(out: Path, studies_root: Path, force: bool) -> None:
@@ -530,6 +541,18 @@ def check_book_out(out: Path, studies_root: Path, force: bool) -> None:
     user_path("--out", out)
     legacy = ("README.md", *(f"{preset}.md" for preset in SECTIONS))
     outputs.check_output("--out", out, "book", [studies_root], force=force, legacy=legacy, default=DEFAULT_OUT)
+
+
+def write_section(out: Path, preset: str, run: dict, report: Path) -> int:
+    """`<out>/<preset>.md` from the study's report: 0, or 1 with one line when its report is damaged."""
+    try:
+        text = section_md(preset, run, report)
+    except InputError as error:
+        print(one_line(str(error)), file=sys.stderr)
+        return 1
+    (out / f"{preset}.md").write_text(text)
+    print(f"{preset}: {run['wall_s'] / 60:.1f} min -> {out / (preset + '.md')}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -558,12 +581,11 @@ def main(argv: list[str] | None = None) -> int:
                 (study_dir / RUN_FILE).write_text(json.dumps({k: v for k, v in run.items() if k != "tail"}, indent=1) + "\n")
         report = study_dir / "report"
         # a rebuilt report stands for its study (--sections-only); its launch's exit is still shown
-        if (run["rc"] != 0 and not args.sections_only) or not (report / "fits.json").exists():
+        if (run["rc"] != 0 and not args.sections_only) or not (report / FITS_FILE).exists():
             print(f"{preset}: study failed (exit {run['rc']}); no section written\n{run.get('tail', '')}", file=sys.stderr)
             failed = 1
             continue
-        (out / f"{preset}.md").write_text(section_md(preset, run, report))
-        print(f"{preset}: {run['wall_s'] / 60:.1f} min -> {out / (preset + '.md')}")
+        failed |= write_section(out, preset, run, report)
     return failed
 
 

@@ -6,7 +6,7 @@ one `cli.InputError` line `<file>: <key>: <value> <what was expected>; <fix>` (a
 written `selection.chosen[2].sweep_lr`). Keys a kind does not name are left alone (newer writers
 may add some). The kinds: `study.json` (STUDY), a run's `spec.json` as analysis reads it (SPEC),
 `status.json` (STATUS), a `metrics.ndjson` row (METRICS_ROW), a report's `fits.json` as
-`--carry-lr-from` reads it (FITS), `book_run.json` (BOOK_RUN).
+`--carry-lr-from` and the results book read it (FITS), `book_run.json` (BOOK_RUN).
 
 Records (`eval.parquet`, and any records file given to `analysis.fit_curves`) are one table of
 columns, RECORD_COLUMNS: each column's kind (str, int, float), whether it may be null, and its
@@ -156,8 +156,18 @@ CHOSEN = Kind("a chosen cell", {
     "n_candidates": optional(rules.positive_int), "budget_flops": optional(rules.positive_number),
     "sweep_lr": optional(rules.positive_number)}, required=("family", "variant", "metric", "val_mean"))
 SELECTION = Kind("selection", {"chosen": list_of(nested(CHOSEN)), "warnings": list_of(string)})
-FITS = Kind("fits.json", {"selection": optional(nested(SELECTION))},
-            fix="rebuild the report: python -m analysis.fit_curves <study>")
+ARM_WEIGHTS = Kind("an arm's weights", {"family": rules.text, "variant": string, "weights": rules.text},
+                  required=("family", "variant", "weights"))
+GAIN = Kind("an ensemble gain", {
+    "size": rules.text, "m_min": rules.positive_int, "m_max": rules.positive_int, "mean": optional(rules.number),
+    "lo": optional(rules.number), "hi": optional(rules.number), "n": optional(rules.nonneg_int)},
+    required=("size", "m_min", "m_max"))
+ENSEMBLE = Kind("an ensemble study", {"family": rules.text, "variant": string, "gains": list_of(nested(GAIN))},
+                required=("family", "variant", "gains"))
+FITS = Kind("fits.json", {  # what --carry-lr-from and the results book (bench/review_book.py) read
+    "selection": optional(nested(SELECTION)), "weights": rules.text, "arm_weights": list_of(nested(ARM_WEIGHTS)),
+    "plateau_runs": list_of(rules.text), "ensemble": list_of(nested(ENSEMBLE))},
+    fix="rebuild the report: python -m analysis.fit_curves <study>")
 BOOK_RUN = Kind("book_run.json", {
     "command": rules.text, "wall_s": rules.nonneg_number, "rc": rules.integer,
     "load_before": list_of(rules.nonneg_number, nonempty=True), "load_after": list_of(rules.nonneg_number, nonempty=True)},

@@ -75,6 +75,40 @@ def test_sections_only_rewrites_a_section_as_a_script_from_any_folder(tmp_path):
     assert line.startswith("--sections-only:") and review_book.RUN_FILE in line and "run that study first" in line
 
 
+DAMAGED_FITS = {  # what the report's fits.json holds -> what the one line names (cli.schema.FITS)
+    "ensemble_m_str": (lambda d: d["ensemble"][0]["gains"][0].update(m_min="two"),
+                       "fits.json: ensemble[0].gains[0].m_min: 'two' must be"),
+    "ensemble_no_gains": (lambda d: d["ensemble"][0].pop("gains"), "fits.json: ensemble[0].gains is missing"),
+    "plateau_int": (lambda d: d.update(plateau_runs=5), "fits.json: plateau_runs: 5 must be a list"),
+    "arm_weights_str": (lambda d: d.update(arm_weights=["ema"]), "fits.json: arm_weights[0]: 'ema' must be an object"),
+    "weights_null": (lambda d: d.update(weights=None), "fits.json: weights: None"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGED_FITS))
+def test_sections_only_refuses_a_damaged_fits_json_in_one_line_naming_the_key_and_writes_no_book(tmp_path, case):
+    """The book reads fits.json through cli.schema.FITS before it writes anything: exit 2, one
+    line naming the file, the key and the fix, no --out (a real process on a copied report)."""
+    import json
+    import shutil
+    import subprocess
+    study = tmp_path / "studies" / "dec-enc-cpu"
+    shutil.copytree(LAPTOP, study / "report")
+    (study / review_book.RUN_FILE).write_text(json.dumps({k: v for k, v in RUN.items() if k != "tail"}))
+    fits = json.loads((study / "report" / "fits.json").read_text())
+    damage, named = DAMAGED_FITS[case]
+    damage(fits)
+    (study / "report" / "fits.json").write_text(json.dumps(fits))
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    proc = subprocess.run([sys.executable, str(Path(review_book.__file__).resolve()), "--sections-only", "--presets",
+                           "dec-enc-cpu", "--studies-root", "studies", "--out", "book"],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert named in line and "rebuild the report" in line, line
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
 def test_generation_rows_are_labelled_by_condition_and_the_parallel_error_is_quoted(tmp_path):
     import polars as pl
 
