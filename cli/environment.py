@@ -215,7 +215,7 @@ VARIABLES: tuple[Switch | Variable, ...] = (
     Variable("AOSCALE_ANALYSIS_WORKERS", "a whole number >= 1", "processes the report's fits use",
              _count_or_unset, None, "analysis.background"),
     Variable("AOSCALE_BRANCH_WAIT_S", "a positive number of seconds", "how long a WSD branch waits for its trunk",
-             _seconds, 86400.0, "jobs.train.wsd_branch"),
+             _seconds, 3600.0, "jobs.train.wsd_branch"),
     Variable("AOSCALE_CACHE", "a folder (made when missing), not a file", "the token and corpus cache",
              _folder, None, "jobs.data.corpus"),
     Variable("AOSCALE_KERNEL_CACHE", "a folder (made when missing), not a file", "compiled CPU kernels",

@@ -19,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
-from cli.environment import world_size
+from cli.environment import BY_NAME, world_size
 from jobs.train import ds_config
 from jobs.train.checkpoint import MODEL_FILE, load_file, save_file
 from jobs.run.device import pick_device, use_bf16, use_compile
@@ -158,11 +158,11 @@ def distributed_env() -> None:
     the port derived from the job id (29500 + id mod 1000) so every task agrees on it.
     """
     env = os.environ
-    if "RANK" not in env and "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", 1)) > 1:
+    if "RANK" not in env and "SLURM_PROCID" in env and (BY_NAME["SLURM_NTASKS"].read() or 1) > 1:
         env["RANK"], env["WORLD_SIZE"] = env["SLURM_PROCID"], env["SLURM_NTASKS"]
         env["LOCAL_RANK"] = env.get("SLURM_LOCALID", "0")
         env.setdefault("MASTER_ADDR", env.get("SLURM_LAUNCH_NODE_IPADDR", "127.0.0.1"))
-        env.setdefault("MASTER_PORT", str(29500 + int(env.get("SLURM_JOB_ID", 0)) % 1000))
+        env.setdefault("MASTER_PORT", str(29500 + (BY_NAME["SLURM_JOB_ID"].read() or 0) % 1000))
     env.setdefault("RANK", "0")
     env.setdefault("WORLD_SIZE", "1")
     env.setdefault("LOCAL_RANK", "0")

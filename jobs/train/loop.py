@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from cli import InputError, parse, rules, run_main
-from cli.environment import ALLOW_NUMERICS_CHANGE
+from cli.environment import ALLOW_NUMERICS_CHANGE, rank
 from jobs.train import checkpoint as ckpt
 from jobs.run.allocator import keep_freed_memory
 from jobs.data.corpus import Batches, corpus_hash, data_record, token_array, tokenizer_hash, val_batches
@@ -394,7 +394,7 @@ def train(run_dir: str | Path, spec: RunSpec, *, max_steps_this_call: int | None
     """
     run_dir = Path(run_dir)
     check_run(run_dir, spec)
-    rank0 = int(os.environ.get("RANK", 0)) == 0
+    rank0 = rank() == 0  # cli.environment's rule: RANK=abc is one line before anything is written
     if rank0:
         run_dir.mkdir(parents=True, exist_ok=True)
     with holding(run_dir, lock_wait_s) if rank0 else contextlib.nullcontext():

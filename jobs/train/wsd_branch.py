@@ -17,7 +17,6 @@ a trunk that made no progress for `AOSCALE_BRANCH_WAIT_S` seconds (default an ho
 """
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import sys
@@ -25,7 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from cli import InputError
+from cli.environment import BY_NAME
 from cli.paths import within
 from jobs.run import files as runfiles
 from jobs.run.lock import lock_held
@@ -34,7 +33,7 @@ from jobs.train import checkpoint as ckpt
 SNAPSHOTS = "snapshots"
 WAIT_POLL_S = 0.5
 BRANCH_WAIT = "AOSCALE_BRANCH_WAIT_S"  # seconds a branch waits for a trunk that makes no progress
-DEFAULT_BRANCH_WAIT_S = 3600.0  # a training trunk writes its status every step
+DEFAULT_BRANCH_WAIT_S = BY_NAME[BRANCH_WAIT].default  # cli.environment's table: a trunk writes its status every step
 
 
 class NoTrunk(ValueError):
@@ -68,18 +67,9 @@ def keep_snapshot(run_dir: Path, step: int) -> None:
 
 
 def branch_wait_s() -> float:
-    """`AOSCALE_BRANCH_WAIT_S`: seconds without trunk progress a branch waits (positive, finite)."""
-    text = os.environ.get(BRANCH_WAIT)
-    if text is None:
-        return DEFAULT_BRANCH_WAIT_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise InputError(f"{BRANCH_WAIT}={text!r}: expected a positive number of seconds a WSD branch waits "
-                         f"for a trunk that makes no progress; unset it for the default ({DEFAULT_BRANCH_WAIT_S:g})")
-    return value
+    """`AOSCALE_BRANCH_WAIT_S`: seconds without trunk progress a branch waits (positive, finite), by
+    cli.environment's rule (InputError, one line, otherwise; scaling.launch refuses it at start-up)."""
+    return BY_NAME[BRANCH_WAIT].read()
 
 
 def trunk_dir(run_dir: Path, spec) -> Path:

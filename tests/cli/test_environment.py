@@ -109,3 +109,51 @@ def test_real_launches_refuse_a_bad_pipeline_or_world_size_before_writing_the_st
         assert proc.returncode == 2 and err.startswith(f"launch: {name}={value!r}"), err
         assert len(err.strip().splitlines()) == 1, err
     assert snapshot(tmp_path) == before and list(tmp_path.iterdir()) == []
+
+
+def test_real_train_and_launch_refuse_a_bad_rank_or_branch_wait_before_writing(tmp_path):
+    """`python -m jobs.train` with RANK, WORLD_SIZE or LOCAL_RANK outside the table's rule, and
+    `python -m scaling.launch` with AOSCALE_BRANCH_WAIT_S outside it: exit 2, one line naming the
+    variable, no run folder and no study written."""
+    env = {k: v for k, v in os.environ.items() if k not in environment.BY_NAME}
+    env.update(PYTHONPATH=str(REPO), AOSCALE_CACHE=str(tmp_path / "cache"), HOME=str(tmp_path / "home"))
+    train = ["jobs.train", "--run-dir", "r", "--family", "ar", "--size", "0.1M", "--steps", "2", "--seq-len", "32"]
+    launch_argv = ["scaling.launch", *LAUNCH, "--study-dir", "st"]
+    cases = [(train, {"RANK": "abc"}), (train, {"WORLD_SIZE": "abc"}), (train, {"LOCAL_RANK": "x"}),
+             (train, {"RANK": "1"}), (launch_argv, {"AOSCALE_BRANCH_WAIT_S": "abc"}),
+             (launch_argv, {"AOSCALE_BRANCH_WAIT_S": "0"})]
+    procs = [subprocess.Popen([sys.executable, "-m", *argv], cwd=tmp_path, env={**env, **variables}, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for argv, variables in cases]
+    for proc, (argv, variables) in zip(procs, cases):
+        _, err = proc.communicate(timeout=300)
+        (name, value), = variables.items()
+        assert proc.returncode == 2 and f"{name}={value!r}: expected" in err, (argv[0], err)
+        assert len(err.strip().splitlines()) == 1, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_trainer_the_branch_wait_and_srun_read_the_tables_rules(tmp_path, monkeypatch):
+    """Called as a library (a worker, no command around it), jobs.train.loop.train reads RANK,
+    a WSD branch its wait and distributed_env srun's variables through cli.environment: a bad
+    value is its one InputError line, before the run folder is made."""
+    from jobs.run.spec import RunSpec
+    from jobs.train import engines, wsd_branch
+    from jobs.train.loop import train
+    from cli import InputError
+
+    for entry in environment.VARIABLES:
+        monkeypatch.delenv(entry.name, raising=False)
+    spec = RunSpec(family="ar", size="0.1M", steps=2, lr=1e-3, warmup_steps=0, seq_len=32, batch_size=2)
+    monkeypatch.setenv("RANK", "abc")
+    with pytest.raises(InputError, match=r"^RANK='abc': expected a whole number >= 0"):
+        train(tmp_path / "run", spec, handle_signals=False)
+    assert not (tmp_path / "run").exists()
+    assert wsd_branch.branch_wait_s() == environment.BY_NAME["AOSCALE_BRANCH_WAIT_S"].default == 3600.0
+    monkeypatch.setenv("AOSCALE_BRANCH_WAIT_S", "-1")
+    with pytest.raises(InputError, match=r"^AOSCALE_BRANCH_WAIT_S='-1': expected a positive number of seconds"):
+        wsd_branch.branch_wait_s()
+    monkeypatch.delenv("RANK")  # under srun RANK comes from SLURM_PROCID
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    monkeypatch.setenv("SLURM_NTASKS", "two")
+    with pytest.raises(InputError, match=r"^SLURM_NTASKS='two'"):
+        engines.distributed_env()
