@@ -6,7 +6,8 @@ one `cli.InputError` line `<file>: <key>: <value> <what was expected>; <fix>` (a
 written `selection.chosen[2].sweep_lr`). Keys a kind does not name are left alone (newer writers
 may add some). The kinds: `study.json` (STUDY), a run's `spec.json` as analysis reads it (SPEC),
 `status.json` (STATUS), a `metrics.ndjson` row (METRICS_ROW), a report's `fits.json` as
-`--carry-lr-from` and the results book read it (FITS), `book_run.json` (BOOK_RUN).
+`--carry-lr-from` and the results book read it (FITS), `book_run.json` (BOOK_RUN), a study's
+pending `relaunch.json` (RELAUNCH: its specs' keys are run ids, checked by `cli.paths.within`).
 
 Records (`eval.parquet`, and any records file given to `analysis.fit_curves`) are one table of
 columns, RECORD_COLUMNS: each column's kind (str, int, float), whether it may be null, and its
@@ -49,6 +50,11 @@ def list_of(rule: Rule, nonempty: bool = False) -> Rule:
             raise rules.fail(field, value, "must be a non-empty list" if nonempty else "must be a list")
         return [rule(f"{field}[{i}]", item) for i, item in enumerate(value)]
     return check
+
+
+def table_of(rule: Rule) -> Rule:
+    """A JSON object whose every value passes `rule` (`field.key` names a bad one)."""
+    return lambda field, value: {key: rule(f"{field}.{key}", item) for key, item in rules.table(field, value).items()}
 
 
 def loss(field: str, value: Any) -> float:
@@ -172,6 +178,8 @@ BOOK_RUN = Kind("book_run.json", {
     "command": rules.text, "wall_s": rules.nonneg_number, "rc": rules.integer,
     "load_before": list_of(rules.nonneg_number, nonempty=True), "load_after": list_of(rules.nonneg_number, nonempty=True)},
     required=("command", "wall_s", "rc", "load_before", "load_after"), fix="run that study again")
+RELAUNCH = Kind("relaunch.json", {"study": rules.table, "specs": table_of(string)}, required=("study", "specs"),
+                fix="it holds a relaunch a kill interrupted: delete it and relaunch")  # scaling.journal
 
 
 def read_text(path: Path, fix: str = "") -> str:

@@ -18,8 +18,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cli import InputError
+from cli import InputError, schema
 from cli.faults import fault_point
+from cli.paths import within
 from jobs.executors import lock_held
 from jobs.run import files as runfiles
 
@@ -48,19 +49,15 @@ def roll_forward(study_dir: str | Path) -> None:
 
 
 def read(study_dir: str | Path) -> dict[str, Any] | None:
-    """The pending change (`study`, `specs`), or None; a damaged journal is an InputError naming it."""
+    """The pending change (`study`, `specs`), or None; a damaged journal (cli.schema.RELAUNCH), or a
+    spec keyed by anything but a run id of the study (cli.paths.within), is an InputError naming it."""
     path = Path(study_dir) / JOURNAL_FILE
-    try:
-        doc = runfiles.read_json(path)
-    except (OSError, ValueError) as error:
-        raise InputError(f"study-dir: {path} cannot be read ({error}); it holds a relaunch a kill interrupted: "
-                         "relaunch with --study-dir pointing elsewhere, or delete it and relaunch") from None
-    if doc is None:
-        return None
-    if not (isinstance(doc, dict) and isinstance(doc.get("study"), dict) and isinstance(doc.get("specs"), dict)
-            and all(isinstance(t, str) and _is_id(r) for r, t in doc["specs"].items())):
-        raise InputError(f"study-dir: {path} is not a relaunch journal (expected study and specs: run id -> "
-                         "spec.json text); delete it and relaunch")
+    doc = schema.load_json(path, schema.RELAUNCH)
+    for run_id in (doc or {"specs": {}})["specs"]:
+        try:
+            within(f"{path}: specs", Path(study_dir) / runfiles.RUNS_DIR, run_id)
+        except InputError as error:  # the journal's fix, not the name rule's
+            raise InputError(f"{str(error).split('; ')[0]}; {schema.RELAUNCH.fix}") from None
     return doc
 
 
@@ -71,7 +68,16 @@ def pending_spec(run_dir: str | Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     text = (read(path.parent) or {"specs": {}})["specs"].get(run_dir.name)
-    return None if text is None else json.loads(text)
+    if text is None:
+        return None
+    try:
+        spec = json.loads(text)
+    except ValueError:
+        spec = None
+    if not isinstance(spec, dict):
+        raise InputError(f"{path}: specs.{run_dir.name}: not a JSON object (a run's spec.json text); "
+                         f"{schema.RELAUNCH.fix}")
+    return spec
 
 
 def _carry_out(study_dir: Path, doc: dict[str, Any], specs: dict[str, str]) -> None:
@@ -102,12 +108,6 @@ def _spec_text(study_dir: Path, run_id: str) -> str | None:
         return path.read_text()
     except (OSError, UnicodeDecodeError):
         return None
-
-
-def _is_id(run_id: str) -> bool:
-    """One plain path component (a journal never leads a write outside its study's runs folder)."""
-    return isinstance(run_id, str) and run_id not in ("", ".", "..") and Path(run_id).name == run_id \
-        and "\\" not in run_id
 
 
 def differences(old: Any, new: Any, prefix: str = "") -> list[str]:

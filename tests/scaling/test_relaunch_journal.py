@@ -107,3 +107,43 @@ def test_differences_walk_tables_and_hide_long_values():
     old = {"run": {"beta1": 0.9}, "sizes": ["0.1M"], "sweep": {"lr": [1e-3] * 20}}
     new = {"run": {"beta1": 0.95}, "sizes": ["0.1M"], "sweep": {"lr": [3e-3] * 20}, "budgets": [1e12]}
     assert journal.differences(old, new) == ["budgets unset -> [1000000000000.0]", "run.beta1 0.9 -> 0.95", "sweep.lr"]
+
+
+BAD_JOURNALS = {  # relaunch.json's text -> what the launch's one line names (cli.schema.RELAUNCH, cli.paths.within)
+    '{"study": {}, "specs": {".hidden": "{}"}}': "relaunch.json: specs: '.hidden' is not one path component",
+    '{"study": {}, "specs": {"a b": "{}"}}': "relaunch.json: specs: 'a b' is not one path component",
+    '{"study": {}, "specs": {"../../evil": "{}"}}': "relaunch.json: specs: '../../evil' is not one path component",
+    '{"study": {}, "specs": {"link": "{}"}}': "runs/link is a symbolic link leading outside",
+    '{"study": {}, "specs": []}': "relaunch.json: specs: [] must be a table",
+    '{"study": {}, "specs": {"r": 5}}': "relaunch.json: specs.r: 5 must be a string",
+    '{"specs": {}}': "relaunch.json: study is missing", "[1]": "relaunch.json: holds a JSON list",
+    '{"study": {}, "spe': "relaunch.json: not readable JSON",
+}
+
+
+def test_a_damaged_journal_or_one_naming_no_run_id_is_refused_before_anything_is_written(tmp_path, env):
+    """A relaunch rolls a pending journal forward only when it is one (cli.schema.RELAUNCH) and
+    each spec it would write is keyed by a run id inside the study's runs folder (cli.paths.within,
+    the shared id rule: a name with a leading dot or a space, `..`, or a run folder that is a
+    symbolic link leading outside are refused): real launches exit 2 with one line naming the
+    file and key, and neither the study nor the folder a link leads to changes."""
+    from scaling.study import build_study
+    from tests.test_bad_inputs import snapshot
+
+    cases = []
+    for i, text in enumerate(BAD_JOURNALS):
+        study = tmp_path / f"st{i}"
+        ledger.prepare(study, build_study({"families": "ar", "sizes": "0.1M", "seeds": 1, "max_steps": 2,
+                                           "seq_len": 32}))
+        (study / "runs" / "link").symlink_to(tmp_path / "outside", target_is_directory=True)
+        (study / journal.JOURNAL_FILE).write_text(text)
+        cases.append(study)
+    (tmp_path / "outside").mkdir()
+    before = snapshot(tmp_path)
+    procs = [subprocess.Popen([sys.executable, "-m", "scaling.launch", *FLAGS, "--study-dir", str(study)], env=env,
+                              cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for study in cases]
+    for proc, named in zip(procs, BAD_JOURNALS.values()):
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 2 and named in err and "delete it and relaunch" in err, err
+        assert len(err.strip().splitlines()) == 1, err
+    assert snapshot(tmp_path) == before
