@@ -1,10 +1,10 @@
 """analysis: what a study's records mean (docs/DESIGN.md §7, §10). Reads files only; no torch.
 
-Reading the records of one or more studies (`records`) and turning them into fit cells
-(`cells`), power-law fits with bootstrap intervals (`powerlaw`, `fits`, `stats`), the gap to AR
-and its trend (`gap`), ensemble sensitivity (`ensemble`), ablation tables (`ablations`), the
-fairness checks (`fairness`), and the report: summary, sections, figures, atomic writes
-(`summary`, `sections`, `figures`, `report`, `io`). `python -m analysis.fit_curves` writes it.
+Four sub-packages, each importing only those before it: `records` (reading and checking a study's
+records, run health, the choice among swept settings, the fit cells), `fit` (power laws, their
+solvers, intervals and statistics), `compare` (the gap to AR, multipliers, the frontier, ablations,
+fairness) and `report` (summary, sections, figures, atomic writes). `python -m analysis.fit_curves`
+writes the report.
 """
 
 MIN_BOOTSTRAP = 10  # fewer resamples cannot place a 95 % interval

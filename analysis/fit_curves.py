@@ -19,18 +19,20 @@ from cli import Parser, int_arg, parse, run_main
 from cli import outputs, rules
 from cli.paths import user_path
 
-from analysis import (DEFAULT_BOOTSTRAP, MAX_BOOTSTRAP, MIN_BOOTSTRAP, ablations, atomic, distinct, evalnoise, fairness,
-                      figures, generation, frontier_figures, io, sections, summary)
-from analysis.background import in_background, workers_from_env
-from analysis.cells import CELL_KEYS, CONDITION_KEYS, build_cells, condition_text, latest
-from analysis.data_ledger import repetition_notes
-from analysis.ensemble import ensemble_studies
-from analysis.fits import CurveFit, fit_cell, solved_once
-from analysis.gap import (COMPARED_METRICS, REFERENCE_FAMILY, REFERENCE_METRIC, compute_gaps, matched_family_gaps,
+from analysis import DEFAULT_BOOTSTRAP, MAX_BOOTSTRAP, MIN_BOOTSTRAP
+from analysis.fit import evalnoise
+from analysis.compare import ablations, distinct, fairness, generation
+from analysis.report import atomic, figures, frontier_figures, io, sections, summary
+from analysis.fit.background import in_background, workers_from_env
+from analysis.records.cells import CELL_KEYS, CONDITION_KEYS, build_cells, condition_text, latest
+from analysis.records.data_ledger import repetition_notes
+from analysis.fit.ensemble import ensemble_studies
+from analysis.fit.fits import CurveFit, fit_cell, solved_once
+from analysis.compare.gap import (COMPARED_METRICS, REFERENCE_FAMILY, REFERENCE_METRIC, compute_gaps, matched_family_gaps,
                           with_eval_noise)
-from analysis.selection import one_budget, select
-from analysis.records import Inputs, RecordsError, load
-from analysis.report import to_html, to_markdown
+from analysis.records.selection import one_budget, select
+from analysis.records.read import Inputs, RecordsError, load
+from analysis.report.render import to_html, to_markdown
 
 X_AXES = ("n_params", "n_params_family", "flops", "tokens")
 X_MEANING = {  # what each x convention holds fixed when families are compared at equal x
@@ -65,7 +67,7 @@ class Analysis:
     matched: tuple = ()  # Δ at matched family parameters (gap.MatchedPoint)
     final: pl.DataFrame | None = None  # the compared records everything above was computed from
     gap_studies: tuple[str, ...] = ()  # the study of each gap, aligned with `gaps`
-    selection: object = None  # analysis.selection.Selection: best swept settings per cell (validation)
+    selection: object = None  # analysis.records.selection.Selection: best swept settings per cell (validation)
 
 
 def _fitted(final: pl.DataFrame, x: str, bootstrap: int, seed: int, flags: dict) -> tuple[list, list]:
@@ -348,7 +350,7 @@ def tables(a: Analysis) -> dict[str, pl.DataFrame]:
 
 def write_report(a: Analysis, out_dir: Path) -> Path:
     """Write every output of the report into out_dir as a whole: built in a temporary folder and
-    swapped in (analysis.atomic), so a kill or a full disk leaves the previous report intact. The
+    swapped in (analysis.report.atomic), so a kill or a full disk leaves the previous report intact. The
     folder is marked as a report of `a.inputs.sources` (cli.outputs)."""
     def write(tmp: Path) -> None:
         _write_files(a, tmp)

@@ -21,8 +21,9 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
-from analysis import fit_curves, powerlaw  # noqa: E402
-from analysis.records import load  # noqa: E402
+from analysis import fit_curves  # noqa: E402
+from analysis.fit import powerlaw  # noqa: E402
+from analysis.records.read import load  # noqa: E402
 from tests.analysis import synth  # noqa: E402
 
 FAMILIES = ("ar", "aogpt", "sigma_gpt", "mdm")
@@ -73,7 +74,7 @@ def main() -> None:
         t2, c2 = time.perf_counter(), time.process_time()
         fit_curves.run([study], Path(tmp) / "report", bootstrap=args.bootstrap)
         t3, c3 = time.perf_counter(), time.process_time()
-    n_fits = len(analysis.fits) + sum(len(s.fits) for s in analysis.ensembles)
+    n_fits = len(analysis.fit.fits) + sum(len(s.fits) for s in analysis.ensembles)
     print(f"records={n} fits={n_fits} bootstrap={args.bootstrap} cores={os.cpu_count()}")
     print(f"load average {os.getloadavg()[0]:.1f}: wall times inflate when other jobs share the cores")
     print(f"fit part (load + all fits/gaps/tables): wall {t1 - t0:.2f} s, cpu {c1 - c0:.2f} s")

@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from analysis.records import load  # noqa: E402
+from analysis.records.read import load  # noqa: E402
 
 BATCH, SEQ = 32, 32  # the quickstart's batch and sequence (examples/quickstart.toml)
 BRANCH_DECAY = 0.25  # a branch from step s decays to 1.25 s: its last 20 %, as a separate WSD run's

@@ -31,7 +31,7 @@ from cli import InputError, one_line, outputs, schema  # noqa: E402 - after the 
 from cli.paths import refuse_special, user_path  # noqa: E402
 
 DEFAULT_OUT = Path("docs/results/review")
-CONDITIONS = ("m", "steps", "tokens_per_step", "temperature", "top_p")  # the report's (analysis.cells)
+CONDITIONS = ("m", "steps", "tokens_per_step", "temperature", "top_p")  # the report's (analysis.records.cells)
 RUN_FILE = "book_run.json"  # beside the study: its launch's command, wall time, exit and load averages
 FITS_FILE = "fits.json"  # in the study's report: what a section quotes beside its tables
 COMMON_CAVEATS = (
@@ -86,7 +86,7 @@ SECTIONS: dict[str, Section] = {
          "At 1,000 steps the EMA warm-up min(0.9999, (1+n)/(10+n)) caps the decay at 0.991: the EMA factor is "
          "'warm-up EMA vs raw weights', not the paper's 0.9999 average.",
          "The factorial's intervals pool the within-cell variance over cells (no seed pairing).",
-         "Each arm is scored on its own weights (EMA is an arm difference: analysis.fairness), so the EMA "
+         "Each arm is scored on its own weights (EMA is an arm difference: analysis.compare.fairness), so the EMA "
          "factor compares the EMA arms' EMA weights with the rate-0 arms' raw weights, which for equal seeds "
          "are the EMA arms' own raw weights; the EMA − raw table below pairs the same by seed within runs."),
         ema_effect=True),
@@ -104,7 +104,7 @@ SECTIONS: dict[str, Section] = {
          "its raw weights (the `weights` column), so raw vs EMA is paired within runs.",
          "Below 8,991 steps the warm-up min(rate, (1+n)/(10+n)) caps 0.999 and 0.9999 at the same decay: their "
          "arms are the same computation and must agree; only 0 vs 0.99 vs the capped average differ at 1,500 steps.",
-         "Each arm is scored on its own weights (EMA is an arm difference: analysis.fairness): rate 0 on raw, "
+         "Each arm is scored on its own weights (EMA is an arm difference: analysis.compare.fairness): rate 0 on raw, "
          "the others on their EMA weights; the EMA − raw table pairs both weights of each run by seed."),
         ema_effect=True),
     "mdm-loss-cpu": Section(
@@ -248,11 +248,11 @@ VERDICTS: dict[str, Verdict] = {
 }
 def welch(points: pl.DataFrame, c: Contrast) -> tuple[float, float, float, float] | None:
     """arm − base: (difference, lo, hi, Welch dof) from each arm's mean, t-interval and n (its se is the
-    interval's half-width over t(n − 1)); analysis.stats.welch; None where a cell is missing or has n < 2."""
+    interval's half-width over t(n − 1)); analysis.fit.stats.welch; None where a cell is missing or has n < 2."""
     from scipy import stats as sps  # noqa: PLC0415 - only when writing
 
-    from analysis.stats import Q_HI, SeedSummary  # noqa: PLC0415
-    from analysis.stats import welch as welch_summaries  # noqa: PLC0415
+    from analysis.fit.stats import Q_HI, SeedSummary  # noqa: PLC0415
+    from analysis.fit.stats import welch as welch_summaries  # noqa: PLC0415
 
     summaries = []
     for label in (c.arm, c.base):
@@ -276,7 +276,7 @@ def paired(points: pl.DataFrame, plateau: pl.DataFrame | None, c: Contrast) -> t
     the points table reports, from the report's per-run values (tables/plateau.csv: nll_l2r and
     nll_anyorder); None where they are absent, fewer than 2 seeds match, or a seed has several runs
     (a sweep's candidates: which one was chosen is not in that table)."""
-    from analysis.stats import summarise  # noqa: PLC0415 - only when writing
+    from analysis.fit.stats import summarise  # noqa: PLC0415 - only when writing
 
     if plateau is None or plateau.is_empty():
         return None

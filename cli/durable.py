@@ -1,5 +1,5 @@
 """Durability of a rename: the one `fsync_dir`, shared by the run files (`jobs.run.files`) and the
-report folders (`analysis.atomic`), which both rename a finished temporary into place."""
+report folders (`analysis.report.atomic`), which both rename a finished temporary into place."""
 from __future__ import annotations
 
 import os

@@ -213,7 +213,7 @@ HF_DATASETS_OFFLINE = Variable("HF_DATASETS_OFFLINE", "1, true, yes, on or 0, fa
 VARIABLES: tuple[Switch | Variable, ...] = (
     *SWITCHES, PIPELINE, WORLD_SIZE, RANK, LOCAL_RANK,
     Variable("AOSCALE_ANALYSIS_WORKERS", "a whole number >= 1", "processes the report's fits use",
-             _count_or_unset, None, "analysis.background"),
+             _count_or_unset, None, "analysis.fit.background"),
     Variable("AOSCALE_BRANCH_WAIT_S", "a positive number of seconds", "how long a WSD branch waits for its trunk",
              _seconds, 3600.0, "jobs.train.wsd_branch"),
     Variable("AOSCALE_CACHE", "a folder (made when missing), not a file", "the token and corpus cache",
@@ -259,7 +259,7 @@ VARIABLES: tuple[Switch | Variable, ...] = (
     Variable("CC", "a C compiler command", "the compiler of the CPU kernels", _pattern(r"\S.*"), "cc",
              "models.kernels"),
     Variable("PYTHONPATH", "folders separated by ':'", "passed on to the report's workers", str, None,
-             "analysis.background"),
+             "analysis.fit.background"),
 )
 BY_NAME = {entry.name: entry for entry in VARIABLES}
 

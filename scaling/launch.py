@@ -21,8 +21,8 @@ from cli import InputError, Parser, float_arg, int_arg, parse, run_main
 from analysis import DEFAULT_BOOTSTRAP
 from jobs.train import ds_config
 from analysis import MAX_BOOTSTRAP, MIN_BOOTSTRAP
-from analysis.background import workers_from_env
-from analysis.carry import carried_lr
+from analysis.fit.background import workers_from_env
+from analysis.records.carry import carried_lr
 from cli import rules
 from cli.environment import ALLOW_NUMERICS_CHANGE
 from jobs.executors import EXECUTORS, Executor, one_line
@@ -81,7 +81,7 @@ def parser() -> argparse.ArgumentParser:
     add("--sweep", action="append", metavar="[FAMILY:]NAME=V,V,...",
         help="sweep a run setting (lr, warmup, batch_size, beta1, beta2, weight_decay, min_lr_ratio); repeatable")
     add("--carry-lr-from", metavar="STUDY", help="each family's lr chosen on validation at STUDY's swept budget "
-        "(its report), carried to this study's other budgets (analysis.carry)")
+        "(its report), carried to this study's other budgets (analysis.records.carry)")
     add("--max-tokens", type=int_arg, help="cap on tokens per run")
     add("--batch-size", type=int_arg, help="sequences per step (default: the rung's rule)")
     add("--lr", type=float_arg, help="peak learning rate (default: the rung's rule)")
@@ -187,7 +187,7 @@ def carries_into(args: argparse.Namespace, study_dir: Path) -> bool:
 
 
 def check_analysis_env() -> None:
-    """The report's AOSCALE_ANALYSIS_WORKERS (analysis.background), as an InputError."""
+    """The report's AOSCALE_ANALYSIS_WORKERS (analysis.fit.background), as an InputError."""
     try:
         workers_from_env()
     except ValueError as error:
@@ -265,8 +265,8 @@ def finish(args: argparse.Namespace, study: StudySpec, study_dir: Path, final: d
         return 0 if all_done else 1
     try:
         report_dir = write_report(study_dir, args.bootstrap)
-    except OSError as error:  # a full disk: the previous report is kept whole (analysis.atomic)
-        from analysis.atomic import failure_line  # noqa: PLC0415 - imported only after training
+    except OSError as error:  # a full disk: the previous report is kept whole (analysis.report.atomic)
+        from analysis.report.atomic import failure_line  # noqa: PLC0415 - imported only after training
 
         print(f"launch: {failure_line(error, study_dir / 'report')}", file=sys.stderr)
         return 1

@@ -170,7 +170,7 @@ def factorial() -> dict[str, Any]:
 # scaling.ledger.widens) at the middle budget only; the other budgets run the quickstart's 3e-3, the
 # value the rule carries until a choice exists (the report's chosen-settings table shows what the
 # middle budget picked per size; `--carry-lr-from <this study>` then plans the study with each
-# family's choice at the outer budgets: analysis.carry states the rule). Two
+# family's choice at the outer budgets: analysis.records.carry states the rule). Two
 # seeds at each budget's predicted optimum (the central size), one elsewhere. Warm-up: 10 % of a
 # run (the rule's cap; 61k tokens asked). Evaluation: the `frontier` suite, validation for
 # selection and a disjoint test split for every reported number.

@@ -22,7 +22,7 @@ Which runs still end on the plateau is the study's own output (`scaling.status`,
 De-confounding designs (issue 36; designed, not yet trained). `pe-cpu` and `factorial-cpu` ran
 every arm at one lr (3e-3), and adaLN's modulation, larger than the core, may need another: their
 verdicts stay open until each arm has its own. `pe-lr-cpu` and `factorial-lr-cpu` sweep
-`LR_SWEEP` for every arm (scaling.sweep: a study-wide `lr` list; analysis.selection chooses per
+`LR_SWEEP` for every arm (scaling.sweep: a study-wide `lr` list; analysis.records.selection chooses per
 cell, which includes the variant, so each arm gets its own lr) on the `frontier` suite, which
 evaluates a validation slice for the choice and a disjoint test slice for every reported number
 (512 windows each). A choice at an end of the sweep is warned ("widen the sweep"); widening it

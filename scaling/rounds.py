@@ -1,6 +1,6 @@
 """`python -m scaling.rounds STUDY [--dry-run] [--max-rounds N] [--max-parallel N]`: a frontier study
 in rounds (issue 35). After a study is launched (`scaling.launch --preset frontier`, round 0), each
-round asks `analysis.frontier_plan` what the study still lacks (bracketed minima, overlapping
+round asks `analysis.compare.frontier_plan` what the study still lacks (bracketed minima, overlapping
 frontiers, lr tuned near each minimum, seeds, budgets), trains it, and asks again, until every
 criterion holds or `--max-rounds` rounds are recorded.
 
@@ -29,7 +29,8 @@ from jobs.run import files as runfiles
 from jobs.run.spec import RunSpec
 from models.ladder import core_params, get_shape, shape_for_params
 
-from analysis import DEFAULT_BOOTSTRAP, MIN_BOOTSTRAP, frontier_plan
+from analysis import DEFAULT_BOOTSTRAP, MIN_BOOTSTRAP
+from analysis.compare import frontier_plan
 
 from . import ledger
 from .plan import RUN_OVERHEAD_S, S_PER_HOUR, cpu_hours, usable_cores

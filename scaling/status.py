@@ -29,8 +29,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from analysis.carry import study_note
-from analysis.fairness import plateau_table
+from analysis.records.carry import study_note
+from analysis.compare.fairness import plateau_table
 from cli import InputError, Parser, numerics_ids, parse, run_main, schema
 from jobs.train import checkpoint as ckpt
 from jobs.executors.slurm import queue_states

@@ -9,7 +9,7 @@
   `at_budget = 1e12` (sweep only at that compute budget; the other budgets run the study's value
   or the one the study file sets). CLI: `--sweep lr=1e-3,3e-3` and `--sweep mdm:lr=...`.
 - `carry_lr` (a table family -> lr; `scaling.launch --carry-lr-from STUDY` fills it from that
-  study's report, analysis.carry): with a sweep at one budget, every other budget's runs of a
+  study's report, analysis.records.carry): with a sweep at one budget, every other budget's runs of a
   family train at its carried lr, an ordinary run field (so it is in their run ids); the swept
   budget still sweeps. The study records the table in study.json's settings. Carried into the swept
   study's own directory, the new plan extends it (its runs kept: scaling.ledger.extends).
@@ -27,7 +27,7 @@
 - `tokens_per_param` given as a list (`--tokens-per-param 4,8,16,32`): the data axis at fixed
   sizes, one run per value.
 Runs planned by budget carry `budget_flops`, every planned run `plan_tokens` (the tokens the plan
-asked for before rounding to whole steps): selection's cell key (analysis.frontier).
+asked for before rounding to whole steps): selection's cell key (analysis.compare.frontier).
 """
 from __future__ import annotations
 

@@ -164,22 +164,31 @@ def test_the_cycle_finder_sees_a_cycle_through_a_function_level_import():
 JOBS_ORDER = ("run", "data", "train", "eval", "executors")
 
 
-def jobs_part(module: str) -> str | None:
-    """The sub-package (or top-level module) of jobs a module belongs to; None outside jobs."""
+def part_of(module: str, root: str) -> str | None:
+    """The sub-package (or top-level module) of `root` a module belongs to; None outside it."""
     parts = module.split(".")
-    return parts[1] if parts[0] == "jobs" and len(parts) > 1 else None
+    return parts[1] if parts[0] == root and len(parts) > 1 else None
+
+
+def order_violations(graph: dict[str, set[str]], root: str, order: tuple[str, ...]) -> list[str]:
+    """Each import from a sub-package of `root` (in `order`) to a later one."""
+    bad = []
+    for module, targets in sorted(graph.items()):
+        part = part_of(module, root)
+        if part not in order:
+            continue  # outside root, its __init__ or a top-level module of it: may import any part
+        allowed = set(order[:order.index(part) + 1])
+        bad += [f"{module} imports {t}" for t in sorted(targets)
+                if part_of(t, root) is not None and part_of(t, root) not in allowed]
+    return bad
+
+
+def jobs_part(module: str) -> str | None:
+    return part_of(module, "jobs")
 
 
 def jobs_order_violations(graph: dict[str, set[str]]) -> list[str]:
-    bad = []
-    for module, targets in sorted(graph.items()):
-        part = jobs_part(module)
-        if part not in JOBS_ORDER:
-            continue  # outside jobs, jobs/__init__ or a top-level module of jobs: may import any part
-        allowed = set(JOBS_ORDER[:JOBS_ORDER.index(part) + 1])
-        bad += [f"{module} imports {t}" for t in sorted(targets)
-                if jobs_part(t) is not None and jobs_part(t) not in allowed]
-    return bad
+    return order_violations(graph, "jobs", JOBS_ORDER)
 
 
 def test_jobs_subpackages_import_in_one_direction():
@@ -202,3 +211,34 @@ def test_the_tests_mirror_the_jobs_layout():
     for part in JOBS_ORDER:
         assert (REPO / "tests" / "jobs" / part / "__init__.py").exists(), f"tests/jobs/{part}/ is missing"
     assert not sorted((REPO / "tests" / "jobs").glob("test_*.py")), "jobs tests belong in a sub-folder"
+
+
+# ---- the order inside analysis ----------------------------------------------------------------
+# records -> fit -> compare -> report: each sub-package of analysis imports only those before it
+# (and itself); analysis/__init__ (the bootstrap constants) and the entry point fit_curves sit
+# above them all, and no sub-package imports fit_curves.
+ANALYSIS_ORDER = ("records", "fit", "compare", "report")
+
+
+def analysis_part(module: str) -> str | None:
+    return part_of(module, "analysis")
+
+
+def analysis_order_violations(graph: dict[str, set[str]]) -> list[str]:
+    return order_violations(graph, "analysis", ANALYSIS_ORDER)
+
+
+def test_analysis_subpackages_import_in_one_direction():
+    graph = import_graph(project_sources())
+    parts = {analysis_part(m) for m in graph if analysis_part(m)}
+    subpackages = {p for p in parts if (REPO / "analysis" / p / "__init__.py").exists()}
+    assert subpackages == set(ANALYSIS_ORDER), "an analysis sub-package is not in ANALYSIS_ORDER"
+    assert parts - subpackages == {"fit_curves"}, "analysis keeps one top-level module, the entry point"
+    bad = analysis_order_violations(graph)
+    assert not bad, "; ".join(bad)
+
+
+def test_the_analysis_order_check_sees_an_upward_import():
+    graph = {"analysis.records.read": {"analysis.report.render"}, "analysis.fit.fits": {"analysis.records.cells"},
+             "analysis.fit_curves": {"analysis.report.summary"}}
+    assert analysis_order_violations(graph) == ["analysis.records.read imports analysis.report.render"]

@@ -1,4 +1,4 @@
-"""Every dotted path of ours that a docstring or a comment names (`jobs.run.spec`, `analysis.gap.compute_gaps`)
+"""Every dotted path of ours that a docstring or a comment names (`jobs.run.spec`, `analysis.compare.gap.compute_gaps`)
 still resolves: to a module of the tree, or to a name that module binds at its top level (and, past
 a class, to a name in the class body). A module moved by a regroup leaves no stale path behind.
 """
@@ -102,7 +102,7 @@ def test_no_docstring_or_comment_names_a_path_that_moved():
 
 def test_the_check_sees_a_moved_module_and_a_missing_name():
     source = ('"""Reads `jobs.run_checks` and jobs.run.spec.RunSpec, then jobs.run.spec.Nope."""\n'
-              "x = 1  # see cli.faults.fault_point and analysis.gap, not jobs.cpu_compile\n"
+              "x = 1  # see cli.faults.fault_point and analysis.compare.gap, not jobs.cpu_compile\n"
               "y = 'jobs.tokencache'  # a string in code is not prose; models.FAMILIES is lazy\n")
     assert stale_paths(source) == [(2, "jobs.cpu_compile"), (1, "jobs.run_checks"), (1, "jobs.run.spec.Nope")]
 

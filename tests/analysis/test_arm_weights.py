@@ -1,4 +1,4 @@
-"""Each arm scored on its own weights when EMA is an arm difference (analysis.fairness): planted
+"""Each arm scored on its own weights when EMA is an arm difference (analysis.compare.fairness): planted
 records of an adaLN x EMA factorial whose EMA arms' EMA weights beat their raw ones by a known
 amount. The factorial's EMA effect recovers it; the old one-kind-of-weights rule gives exactly 0."""
 from __future__ import annotations
@@ -9,8 +9,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from analysis import fairness, fit_curves
-from analysis.records import Inputs
+from analysis import fit_curves
+from analysis.compare import fairness
+from analysis.records.read import Inputs
 from tests.analysis import synth
 
 EMA_GAIN = -0.05  # planted: EMA weights - raw weights of an EMA arm, nats
@@ -78,7 +79,7 @@ def test_the_factorial_reports_the_planted_ema_effect_and_the_old_rule_zero():
 
 
 def test_the_report_names_the_weights_each_arm_was_scored_on():
-    from analysis import sections
+    from analysis.report import sections
 
     records, options = _study()
     a = fit_curves.analyse(Inputs(records, None, ("planted",), options=options), bootstrap=50)

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from analysis import atomic
+from analysis.report import atomic
 
 OWNED = ("fits.json", "tables")
 
@@ -61,7 +61,7 @@ def test_a_dead_writers_leftovers_are_removed_and_a_swapped_out_report_is_put_ba
 
 
 def test_notes_that_say_the_same_of_several_runs_are_one_line():
-    from analysis.run_health import group_notes
+    from analysis.records.health import group_notes
 
     notes = [f"run r{i}: its checkpoints are missing (ckpt/ holds none)" for i in range(8)]
     notes.insert(3, "run x: eval.parquet is unreadable")

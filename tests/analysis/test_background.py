@@ -1,4 +1,4 @@
-"""analysis.background: a part computed in a child process equals the same part computed in the
+"""analysis.fit.background: a part computed in a child process equals the same part computed in the
 caller, the child is skipped where it cannot pay, and a failing child falls back to the caller."""
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import os
 
 import numpy as np
 
-from analysis import background
-from analysis.cells import latest
-from analysis.ensemble import ensemble_studies
+from analysis.fit import background
+from analysis.records.cells import latest
+from analysis.fit.ensemble import ensemble_studies
 from tests.analysis import synth
 
 PARENT_ENV = "AOSCALE_TEST_BACKGROUND_PARENT"

@@ -6,15 +6,17 @@ import numpy as np
 import polars as pl
 import pytest
 
-from analysis import fit_curves, scalefit, summary
-from analysis.records import Inputs
-from analysis.stats import ols_trend
+from analysis import fit_curves
+from analysis.fit import scalefit
+from analysis.report import summary
+from analysis.records.read import Inputs
+from analysis.fit.stats import ols_trend
 from tests.analysis import synth
 
 X4 = np.geomspace(5.66e4, 3.357e5, 4)  # 0.77 decades, as in the laptop study
 TRUTH = np.array([1.4, 285.0, 0.5])  # (E, A, alpha)
 SEED_NOISE, SIZE_NOISE = 0.001, 0.001  # log-scale sd per seed and per size
-FULL_FORM = ("ok", "unstable")  # the full-form statuses a report draws (analysis.fitstatus)
+FULL_FORM = ("ok", "unstable")  # the full-form statuses a report draws (analysis.fit.fitstatus)
 
 
 def _planted(rng, xs, seeds=3, truth=TRUTH, sigma=SEED_NOISE, tau=SIZE_NOISE):

@@ -1,10 +1,10 @@
-"""analysis.distinct: a bits-per-byte metric and a metric equal to a compared one in every run are
+"""analysis.compare.distinct: a bits-per-byte metric and a metric equal to a compared one in every run are
 left out of the fits, each with its note; a metric that differs in one run is kept."""
 from __future__ import annotations
 
 import polars as pl
 
-from analysis.distinct import conversions, fitted_records, identical
+from analysis.compare.distinct import conversions, fitted_records, identical
 
 
 def records(rows: list[tuple[str, str, float]]) -> pl.DataFrame:

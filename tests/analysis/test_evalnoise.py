@@ -1,4 +1,4 @@
-"""Evaluation noise in paired gaps (analysis.evalnoise) on planted per-window files."""
+"""Evaluation noise in paired gaps (analysis.fit.evalnoise) on planted per-window files."""
 from __future__ import annotations
 
 import math
@@ -7,10 +7,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from analysis import evalnoise
+from analysis.fit import evalnoise
 from analysis.fit_curves import analyse
-from analysis.records import load
-from analysis.stats import summarise
+from analysis.records.read import load
+from analysis.fit.stats import summarise
 from tests.analysis import synth
 
 W = 300  # windows every run scores

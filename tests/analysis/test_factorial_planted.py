@@ -1,4 +1,4 @@
-"""The 2x2x2 factorial (analysis.ablations.factorial_table) on planted records: the factorial-cpu
+"""The 2x2x2 factorial (analysis.compare.ablations.factorial_table) on planted records: the factorial-cpu
 preset's factor levels, known main effects and interactions, exact without noise and with 95 %
 intervals that cover the planted values at their nominal rate (fixed seeds)."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from analysis import ablations
+from analysis.compare import ablations
 
 LEVELS = {"factor_pe": ("adaln", "input"), "factor_ema": (0.0, 0.9999), "factor_l2r_mix": (0.0, 0.1)}
 # planted effects (mean at the second level - mean at the first, in nats), every subset of factors

@@ -4,8 +4,9 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from analysis import fairness, fit_curves
-from analysis.records import Inputs
+from analysis import fit_curves
+from analysis.compare import fairness
+from analysis.records.read import Inputs
 from tests.analysis import synth
 
 BOOT = 100
@@ -76,7 +77,7 @@ def test_families_are_compared_on_one_kind_of_weights_and_the_ema_effect_is_pair
 
 
 def test_the_report_shows_gen_ppl_beside_entropy_and_names_the_judge():
-    from analysis import sections
+    from analysis.report import sections
 
     rows = [dict(family="aogpt", variant="v", size="1M", estimator="aogpt_kv_linear", steps=8, seed=seed,
                  metric=metric, value=value + seed, evaluator="judge1")

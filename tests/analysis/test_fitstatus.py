@@ -1,10 +1,11 @@
-"""The status rules every fit shares (analysis.fitstatus): resamples at a bound and lack of fit."""
+"""The status rules every fit shares (analysis.fit.fitstatus): resamples at a bound and lack of fit."""
 from __future__ import annotations
 
 import numpy as np
 import statsmodels.api as sm
 
-from analysis import fitstatus, frontier, scalefit
+from analysis.fit import fitstatus, scalefit
+from analysis.compare import frontier
 from tests.analysis import frontier_synth as fs
 from tests.analysis.test_calibration import X4, _planted
 

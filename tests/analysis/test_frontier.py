@@ -1,11 +1,12 @@
-"""Selection on validation and the frontier fits on planted (N, D) laws (analysis.selection/frontier)."""
+"""Selection on validation and the frontier fits on planted (N, D) laws (analysis.records.selection/frontier)."""
 from __future__ import annotations
 
 import numpy as np
 import polars as pl
 import pytest
 
-from analysis import frontier, selection
+from analysis.records import selection
+from analysis.compare import frontier
 from tests.analysis import frontier_synth as fs
 
 
@@ -134,8 +135,8 @@ def test_the_size_axis_reads_one_budget_of_an_isoflop_study():
 
 def test_a_power_law_over_one_isoflop_budgets_flops_is_not_identifiable():
     """Training FLOPs of one budget's sizes agree to rounding: no curve along that axis."""
-    from analysis.cells import Point
-    from analysis.fits import MIN_SPAN_DECADES, POWER_NAMES, fit_points
+    from analysis.records.cells import Point
+    from analysis.fit.fits import MIN_SPAN_DECADES, POWER_NAMES, fit_points
     xs = (9.999999e12, 1.0e13, 1.0000001e13, 1.0000002e13)
     points = tuple(Point(f"s{i}", x, (0, 1), (0.8 + 0.01 * i, 0.81 + 0.01 * i), f"s{i}") for i, x in enumerate(xs))
     fit = fit_points(points, labels={}, x="flops", form="power", names=POWER_NAMES, resamples=10, seed=0)

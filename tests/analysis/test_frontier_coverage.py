@@ -1,4 +1,4 @@
-"""Coverage of the frontier's exponent and k intervals (analysis.frontier) on planted isoFLOP laws,
+"""Coverage of the frontier's exponent and k intervals (analysis.compare.frontier) on planted isoFLOP laws,
 in a design as thin as the `frontier` preset's: 3 budgets 3x apart, 5 shapes each, one seed, and
 noise between budgets (each budget's profile tilted and shifted, as a carried lr or a grid placed
 differently would), besides the seed noise. 200 replicas with a fixed seed."""
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from analysis import frontier
+from analysis.compare import frontier
 from tests.analysis import frontier_synth as fs
 
 BUDGETS = (1e12, 3e12, 1e13)

@@ -1,4 +1,4 @@
-"""A held-out budget predicted first (analysis.frontier_plan.predict_at): on planted isoFLOP laws in
+"""A held-out budget predicted first (analysis.compare.frontier_plan.predict_at): on planted isoFLOP laws in
 the `frontier` preset's thin design (3 budgets 3x apart, 5 shapes, one seed, noise between budgets
 as in test_frontier_coverage), the 95 % predictive interval for the next budget up (3x beyond the
 measured range) covers the vertex that budget then measures at the nominal rate. 200 replicas,
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis import frontier, frontier_plan
+from analysis.compare import frontier, frontier_plan
 from tests.analysis import frontier_synth as fs
 from tests.analysis.test_frontier_coverage import NOMINAL, _covers, _tolerance
 

@@ -1,4 +1,4 @@
-"""A frontier study's report leads with its frontier (analysis.frontier_lead via the summary), its
+"""A frontier study's report leads with its frontier (analysis.report.frontier_lead via the summary), its
 figures are legible (log ticks that do not overlap, the records' unit on the y axis), the size-axis
 points table keeps budgets apart, and the held-out table compares predictions with measurements."""
 from __future__ import annotations
@@ -11,7 +11,9 @@ import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 import pytest  # noqa: E402
 
-from analysis import ablations, figures, fit_curves, frontier, frontier_figures, frontier_lead, frontier_plan  # noqa: E402
+from analysis import fit_curves  # noqa: E402
+from analysis.compare import ablations, frontier, frontier_plan  # noqa: E402
+from analysis.report import figures, frontier_figures, frontier_lead  # noqa: E402
 from tests.analysis import frontier_synth as fs  # noqa: E402
 
 BUDGETS = (1e12, 1e13, 1e14)

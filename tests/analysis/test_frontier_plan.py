@@ -1,4 +1,4 @@
-"""The frontier's round planner (analysis.frontier_plan) on planted records: each criterion unmet
+"""The frontier's round planner (analysis.compare.frontier_plan) on planted records: each criterion unmet
 in turn plans what fixes it, and a study that meets every criterion plans nothing."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import polars as pl
 
-from analysis import frontier_plan as fp
+from analysis.compare import frontier_plan as fp
 from tests.analysis import frontier_synth as fs
 
 BUDGETS = (1e12, 3e12, 1e13, 3e13, 1e14)

@@ -7,9 +7,9 @@ import polars as pl
 import pytest
 from scipy import stats as sps
 
-from analysis import ablations, generation
-from analysis.cells import build_cells, condition_text
-from analysis.records import validate
+from analysis.compare import ablations, generation
+from analysis.records.cells import build_cells, condition_text
+from analysis.records.read import validate
 
 from tests.analysis.synth import run_id
 

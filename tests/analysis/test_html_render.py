@@ -10,8 +10,8 @@ import pytest
 from matplotlib import image as mpimg
 
 from analysis import fit_curves
-from analysis.figures import family_colour
-from analysis.report import ANSWER_BG, WARNINGS_BG
+from analysis.report.figures import family_colour
+from analysis.report.render import ANSWER_BG, WARNINGS_BG
 from tests.analysis import synth
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -9,7 +9,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_analysis_imports_no_torch_and_no_sibling_package():
-    code = ("import sys, analysis.fit_curves, analysis.ablations; "
+    code = ("import sys, analysis.fit_curves, analysis.compare.ablations; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'models', 'jobs', 'scaling')]; "
             "print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)

@@ -1,4 +1,4 @@
-"""analysis.multiplier: the implied family x inverts the power law exactly, an unreachable loss
+"""analysis.compare.multiplier: the implied family x inverts the power law exactly, an unreachable loss
 is inf, and the headline k is the largest in-range one on its axis."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from analysis.multiplier import Multiplier, axis_multipliers, headline, implied_x, inside
-from analysis.powerlaw import predict
+from analysis.compare.multiplier import Multiplier, axis_multipliers, headline, implied_x, inside
+from analysis.fit.powerlaw import predict
 
 REF = np.array([1.0, 10.0, 0.5])  # L = 1 + 10 x^-0.5
 FAM = np.array([1.0, 20.0, 0.5])  # twice AR's A: k = (20 / 10)^(1 / 0.5) = 4 at every x

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from scipy.optimize import least_squares
 
-from analysis import powerlaw, scalefit
-from analysis.cells import Point
-from analysis.fits import POWER_NAMES, fit_points
+from analysis.fit import powerlaw, scalefit
+from analysis.records.cells import Point
+from analysis.fit.fits import POWER_NAMES, fit_points
 
 X = np.array([1e5, 3e5, 1e6, 3e6, 1e7, 3e7])
 TRUTH = (1.8, 400.0, 0.34)

@@ -6,8 +6,8 @@ import polars as pl
 import pytest
 from scipy import stats as sps
 
-from analysis import ablations
-from analysis.stats import bootstrap_means, draw_indices, ols_slopes, summarise
+from analysis.compare import ablations
+from analysis.fit.stats import bootstrap_means, draw_indices, ols_slopes, summarise
 
 
 def test_summary_matches_scipy_t_interval():

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from analysis import fit_curves, summary
-from analysis.fairness import PLATEAU_MARGIN_NATS
-from analysis.records import load
+from analysis import fit_curves
+from analysis.report import summary
+from analysis.compare.fairness import PLATEAU_MARGIN_NATS
+from analysis.records.read import load
 from tests.analysis import synth
 
 SIZES = {k: synth.SIZES[k] for k in ("0.1M", "0.3M", "1M")}

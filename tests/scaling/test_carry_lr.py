@@ -1,4 +1,4 @@
-"""The lr chosen at one swept budget carried to a study's other budgets (analysis.carry,
+"""The lr chosen at one swept budget carried to a study's other budgets (analysis.records.carry,
 scaling.sweep's carry_lr, `scaling.launch --carry-lr-from`): chosen on validation only, refused on
 an edge choice or a missing report, and carried as an ordinary run field."""
 from __future__ import annotations
@@ -6,9 +6,10 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from analysis import fit_curves, frontier_figures, io
-from analysis.carry import carried_lr, study_note
-from analysis.records import Inputs
+from analysis import fit_curves
+from analysis.report import frontier_figures, io
+from analysis.records.carry import carried_lr, study_note
+from analysis.records.read import Inputs
 from cli import InputError
 from scaling import launch, ledger, status
 from scaling.presets import FRONTIER_BUDGETS

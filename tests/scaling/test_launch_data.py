@@ -45,7 +45,7 @@ def test_a_train_only_dataset_with_its_own_text_field_reaches_evaluated_runs(mak
     assert set(records["dataset"]) == {corpus}  # no zero-shot set offline without AOSCALE_DATA ...
     status = json.loads((run_dir / "status.json").read_text())
     assert any("zero-shot set not evaluated: wikitext2" in w for w in status["warnings"])  # ... and says so
-    from analysis.records import load
+    from analysis.records.read import load
 
     (note,) = load([study]).notes  # the report's notes name it too
     assert note.startswith("not evaluated in 1 run(s): wikitext2: ")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from analysis import fairness, fit_curves
-from analysis.records import load
+from analysis import fit_curves
+from analysis.compare import fairness
+from analysis.records.read import load
 from jobs.executors import run_exclusive
 from scaling import launch, ledger
 from scaling.plan import cpu_hours, plan_rows
@@ -117,7 +118,7 @@ def test_cpu_preset_runs_end_to_end(name, tmp_path):
 
 def _check_scored_weights(study_dir, rates: dict[str, float]) -> None:
     """The analysis scores each trained run on its own weights when the runs' EMA rates differ
-    (an EMA ablation: ema-cpu's first and last arm), else on one kind (analysis.fairness)."""
+    (an EMA ablation: ema-cpu's first and last arm), else on one kind (analysis.compare.fairness)."""
     a = fit_curves.analyse(load([study_dir]), bootstrap=10)
     per_arm = len(set(rates.values())) > 1
     assert a.weights == (fairness.PER_ARM if per_arm else "ema" if min(rates.values()) > 0 else "raw")

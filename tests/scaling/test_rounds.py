@@ -10,7 +10,7 @@ import math
 import polars as pl
 import pytest
 
-from analysis import frontier, frontier_plan
+from analysis.compare import frontier, frontier_plan
 from jobs.run import files as runfiles
 from models.ladder import core_params, get_shape
 from scaling import ledger, rounds

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis import fit_curves, summary
-from analysis.records import Inputs, validate
+from analysis import fit_curves
+from analysis.report import summary
+from analysis.records.read import Inputs, validate
 
 d='docs/results/laptop/first-1024-windows/tables/'
 p=pl.read_csv(d+'plateau.csv')

@@ -5,7 +5,7 @@ import math
 
 import polars as pl
 
-from analysis.data_ledger import repetition_notes
+from analysis.records.data_ledger import repetition_notes
 from jobs.data import corpus as data
 from jobs.data.ledger import ledger_columns, train_tokens
 from jobs.eval.records import run_context

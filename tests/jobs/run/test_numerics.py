@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 import torch
 
-from analysis.fairness import numerics_warnings
+from analysis.compare.fairness import numerics_warnings
 from cli import numerics_ids
 from jobs.eval import evaluate as ev
 from jobs.run import numerics

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.fits import CurveFit
-from analysis.powerlaw import predict
-from analysis.stats import percentile_ci
+from analysis.fit.fits import CurveFit
+from analysis.fit.powerlaw import predict
+from analysis.fit.stats import percentile_ci
 
 RANGE_TOLERANCE = 1e-9  # relative slack on the measured range's ends (float round-off)
 

@@ -22,8 +22,8 @@ import dataclasses
 
 import polars as pl
 
-from analysis.ablations import seed_table
-from analysis.records import OPTION_PREFIX
+from analysis.compare.ablations import seed_table
+from analysis.records.read import OPTION_PREFIX
 from cli import numerics_ids
 
 PLATEAU_MARGIN_NATS = 0.1  # "clearly below" the unigram baseline, nats/token (issue: >= 0.1)

@@ -12,9 +12,9 @@ import numpy as np
 import polars as pl
 from scipy import stats as sps
 
-from analysis.cells import CONDITION_KEYS, conditioned
-from analysis.records import FACTOR_PREFIX, OPTION_PREFIX
-from analysis.stats import Q_HI
+from analysis.records.cells import CONDITION_KEYS, conditioned
+from analysis.records.read import FACTOR_PREFIX, OPTION_PREFIX
+from analysis.fit.stats import Q_HI
 
 SIDE_BY_SIDE = ("nll_anyorder", "nll_l2r")  # any-order and L2R loss side by side in option tables
 OPTION_TITLES = {  # spec option -> table title; other varying options get "option <name>"

@@ -5,7 +5,7 @@ plain arrays and returns a frozen `PowerFit`.
 Model. log L_ij = f(x_i; theta) + u_i + eps_ij for size i and seed j: seed noise eps (variance
 sigma^2) and a size-level deviation u (variance tau^2: each rung's shape, budget and data draw
 stray from any smooth curve). Point estimate: least squares on the per-seed log losses
-(`analysis.powerlaw`), i.e. weighted least squares on the size means with weights n_i.
+(`analysis.fit.powerlaw`), i.e. weighted least squares on the size means with weights n_i.
 
 Scale. A size mean has variance tau^2 + sigma^2 / n_i. Two mean squares (per-seed scale):
   MS_between = sum_i n_i r_i^2 / (k - p)   (residuals of the size means; df k - p)
@@ -20,7 +20,7 @@ size means f(x_i; theta_hat) + s_b z_i / sqrt(n_i), then is solved exactly like 
 (grid + polish). Percentile intervals; for the pure power law (linear in log-log) this is
 exactly the t(df) interval. Resamples that end at a bound are counted and reported; more than 5 %
 of them at a bound makes an `ok` fit `unstable` (not drawn, not used for k), and a lack of fit at
-p < 0.05 is named in its reason (`analysis.fitstatus`, the rule every fit shares).
+p < 0.05 is named in its reason (`analysis.fit.fitstatus`, the rule every fit shares).
 
 Model-form rule (`FORM_RULE`). The full form needs >= 1 residual df (k >= 4 sizes); with 0 df it
 is `saturated`. E is identified when the extra-sum-of-squares F test rejects E = 0 (the pure power
@@ -56,8 +56,8 @@ import numpy as np
 import statsmodels.api as sm
 from scipy import stats as sps
 
-from analysis import fitstatus, powerlaw
-from analysis.stats import percentile_ci
+from analysis.fit import fitstatus, powerlaw
+from analysis.fit.stats import percentile_ci
 
 FORM_RULE = ("E + A*x^-alpha needs >= 1 residual df (>= 4 sizes); E is identified when the F test of E = 0 "
              "against the pure-error (seed) mean square rejects at 5 %; otherwise the pure power law A*x^-alpha "
@@ -125,7 +125,7 @@ class PowerFit:
     """A fitted curve in original units: point (E, A, alpha), 95 % intervals, resamples [B, 3]."""
 
     form: str
-    status: str  # ok | reduced | saturated | at_bound | unstable (analysis.fitstatus)
+    status: str  # ok | reduced | saturated | at_bound | unstable (analysis.fit.fitstatus)
     point: np.ndarray
     lo: np.ndarray
     hi: np.ndarray

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from analysis.ablations import seed_table
-from analysis.cells import conditioned
+from analysis.compare.ablations import seed_table
+from analysis.records.cells import conditioned
 
 SAMPLER_KEYS = ["family", "variant", "size", "estimator", "steps", "temperature", "top_p"]
 PARALLEL_KEYS = ["family", "variant", "size", "temperature", "top_p", "tokens_per_step", "steps"]

@@ -1,6 +1,6 @@
 """The AR-vs-any-order gap: Delta(x) = L_family(x) - L_ar(x) per size with t-intervals (paired by
 seed where at least two seeds match, Welch otherwise), its trend over the measured span of x (OLS
-over the size means), and the multiplier k(x) (`analysis.multiplier`): how many times more x the
+over the size means), and the multiplier k(x) (`analysis.compare.multiplier`): how many times more x the
 family needs to reach AR's loss at x, interpolated inside the measured range or marked extrapolated."""
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 import polars as pl
 
-from analysis import evalnoise
+from analysis.fit import evalnoise
 
-from analysis.cells import Cell, Point
-from analysis.fits import MIN_SEEDS, CurveFit, predict
-from analysis.multiplier import Multiplier, multipliers
-from analysis.stats import (
+from analysis.records.cells import Cell, Point
+from analysis.fit.fits import MIN_SEEDS, CurveFit, predict
+from analysis.compare.multiplier import Multiplier, multipliers
+from analysis.fit.stats import (
     SeedSummary,
     Trend,
     bootstrap_means,
@@ -40,7 +40,7 @@ class GapPoint:
     n_family: int
     n_reference: int
     plateau: str = ""  # why this size's comparison is not a result (a run on the plateau), else ""
-    eval_se: float = math.nan  # the windows' share of delta.se (analysis.evalnoise), NaN without window files
+    eval_se: float = math.nan  # the windows' share of delta.se (analysis.fit.evalnoise), NaN without window files
     n_windows: int = 0  # common windows behind eval_se
 
 
@@ -125,7 +125,7 @@ def _gap(c: Cell, ref: Cell, by_axis: dict, x: str, resamples: int, seed: int) -
 
 def with_eval_noise(gaps: list[Gap], final: pl.DataFrame, windows: pl.DataFrame | None) -> list[Gap]:
     """Each paired per-size gap with the evaluation noise of its windows added to its interval
-    (analysis.evalnoise), where the runs' per-window files exist; other points are unchanged."""
+    (analysis.fit.evalnoise), where the runs' per-window files exist; other points are unchanged."""
     if windows is None or windows.is_empty():
         return gaps
     windows = evalnoise.same_runs(windows, final)

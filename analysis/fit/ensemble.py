@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from analysis.cells import Point, per_seed
-from analysis.fits import ENSEMBLE_NAMES, MIN_SEEDS, CurveFit, fit_points
-from analysis.stats import SeedSummary, Trend, summarise, trend
+from analysis.records.cells import Point, per_seed
+from analysis.fit.fits import ENSEMBLE_NAMES, MIN_SEEDS, CurveFit, fit_points
+from analysis.fit.stats import SeedSummary, Trend, summarise, trend
 
 METRIC = "nll_ensemble"
 

@@ -3,8 +3,8 @@
 Identifiability rule: a point (size) needs >= 2 seeds to enter a fit (points with fewer are
 dropped and named in `reason`); a fit needs >= 3 such points. Otherwise the result has status
 `not_identifiable` and no parameters - it is never fitted silently. The model form, the intervals
-and the statuses `ok`, `reduced`, `saturated`, `at_bound`, `unstable` come from `analysis.scalefit`
-(and its shared rule, `analysis.fitstatus`).
+and the statuses `ok`, `reduced`, `saturated`, `at_bound`, `unstable` come from `analysis.fit.scalefit`
+(and its shared rule, `analysis.fit.fitstatus`).
 """
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from analysis import powerlaw, scalefit
-from analysis.cells import Cell, Point
-from analysis.stats import percentile_ci
+from analysis.fit import powerlaw, scalefit
+from analysis.records.cells import Cell, Point
+from analysis.fit.stats import percentile_ci
 
 MIN_POINTS = 3  # three parameters (E, A, alpha)
 MIN_SEEDS = 2  # the pure-error variance needs replicated sizes
@@ -44,7 +44,7 @@ METRIC_FORMS: dict[str, MetricForm] = {
     "gen_time_s": MetricForm(skip_reason="generation time grows with size; not a decreasing power law"),
 }
 # statuses whose curve is drawn and enters the multipliers. `unstable` (over 5 % of resamples at a
-# bound, analysis.fitstatus) is named but kept: dropping those fits would keep the data sets whose
+# bound, analysis.fit.fitstatus) is named but kept: dropping those fits would keep the data sets whose
 # intervals came out narrow, and coverage among the rest falls (87.5 % at the laptop's noise,
 # tests/analysis/test_calibration.py), while it holds over both (94-95 %).
 USABLE = ("ok", "reduced", "unstable")

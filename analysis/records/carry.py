@@ -1,7 +1,7 @@
 """The learning rate a tuned budget carries to a study's other budgets (issue: the frontier's lr
 swept at the middle budget, the chosen rule carried to the others, documented).
 
-The rule: in a study whose report chose lr by validation at one swept budget (analysis.selection,
+The rule: in a study whose report chose lr by validation at one swept budget (analysis.records.selection,
 fits.json `selection`), each family carries the lr of its best run at that budget, the chosen
 (size, lr) cell with the lowest seed-mean validation CARRY_METRIC (the budget's empirical
 optimum, on the metric every family reports). Refused (InputError: one line) when the report is
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cli import InputError, rules, schema
-from analysis.selection import FALLBACK_METRIC, SWEEP_PREFIX, cell_label
+from analysis.records.selection import FALLBACK_METRIC, SWEEP_PREFIX, cell_label
 
 CARRY_METRIC = FALLBACK_METRIC  # nll_l2r: every family reports it, and selection's per-M metrics follow it
 LR_COLUMN = f"{SWEEP_PREFIX}lr"

@@ -12,8 +12,8 @@ import math
 import numpy as np
 import polars as pl
 
-from analysis.gap import REFERENCE_FAMILY, REFERENCE_METRIC
-from analysis.report import num
+from analysis.compare.gap import REFERENCE_FAMILY, REFERENCE_METRIC
+from analysis.report.render import num
 
 LN2 = math.log(2.0)
 

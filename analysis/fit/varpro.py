@@ -10,7 +10,7 @@ the partial derivative at the inner optimum) and the Gauss-Newton Schur compleme
 halved until phi decreases. This walks the floor of the curved (E, A, alpha) valley of nearly
 flat curves (alpha near 0) that a 3-D Levenberg-Marquardt crawls along for hundreds of steps.
 
-Vectorised over problems; used by `analysis.powerlaw.polish` to carry the problems LM has not
+Vectorised over problems; used by `analysis.fit.powerlaw.polish` to carry the problems LM has not
 settled within a few iterations to the valley floor before the same LM finishes them (so the
 polish's convergence test decides). Problems whose A sits on its bound (alpha then not
 identified) are left where they are.

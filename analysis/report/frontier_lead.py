@@ -3,7 +3,7 @@ the loss range it was read over (charged and core FLOPs; none where the frontier
 range), the exponents of N_opt and L_opt, L_opt and N_opt per budget with each profile's
 bracketing status, the lr each cell trained at, and the held-out budgets (predicted before they
 trained, `predictions/<budget>.json` of scaling.rounds) against what they measured. Built before
-the per-size gaps; every number read off `analysis.frontier`'s entries.
+the per-size gaps; every number read off `analysis.compare.frontier`'s entries.
 """
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from analysis import frontier, sections
-from analysis.gap import COMPARED_METRICS, REFERENCE_FAMILY, REFERENCE_METRIC
-from analysis.report import Block, interval, num
+from analysis.compare import frontier
+from analysis.report import sections
+from analysis.compare.gap import COMPARED_METRICS, REFERENCE_FAMILY, REFERENCE_METRIC
+from analysis.report.render import Block, interval, num
 
 SIDE_SHAPES = 2  # shapes each side of the vertex that make a minimum bracketed (frontier_plan's rule)
 PREDICTIONS_DIR = "predictions"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from analysis.gap import COMPARED_METRICS
+from analysis.compare.gap import COMPARED_METRICS
 
 CONVERSIONS = (("bpb_", "nll_"),)  # (prefix of the converted metric, prefix of the one it converts)
 SAME_RTOL = 1e-12  # values this close in every run are the same quantity

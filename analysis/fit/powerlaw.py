@@ -16,7 +16,7 @@ point fit and every bootstrap resample go through the very same code: grid, then
 Curved valleys. Nearly flat curves (alpha near 0) trade E against A along a curved valley where
 LM's steps shrink until its convergence test stops it short of the minimum (up to 1e-4 relative
 above scipy's best on 4-point ensemble fits). A problem still running after WALK_AFTER LM
-iterations is walked to the valley floor by a 1-D profile over alpha (`analysis.varpro`: (E, A)
+iterations is walked to the valley floor by a 1-D profile over alpha (`analysis.fit.varpro`: (E, A)
 solved at each alpha, Newton in alpha), and LM then finishes it with the same convergence test.
 
 The polish steps in (E, a, alpha), E itself rather than its log: the objective and the bounds are
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis import varpro
+from analysis.fit import varpro
 
 BOUNDS = ((-20.0, 10.0), (-30.0, 30.0), (1e-3, 4.0))  # (e, a, alpha); e = -20 is E = 2e-9: no offset
 ALPHA_GRID = tuple(float(a) for a in np.geomspace(0.01, BOUNDS[2][1], 36))  # E, A profiled out at each
@@ -265,7 +265,7 @@ def grid_starts(lx: np.ndarray, ybar: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def profile_walk(lx: np.ndarray, ybar: np.ndarray, w: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Starts (e, a, alpha) [B, 3] carried to the floor of their valley by `analysis.varpro`'s
+    """Starts (e, a, alpha) [B, 3] carried to the floor of their valley by `analysis.fit.varpro`'s
     1-D profile over alpha; a start the walk does not improve is kept."""
     lo, hi = _bounds()
     e_lin, a_lin, alpha = varpro.walk(lx, ybar, w, np.exp(starts[:, 0]), np.exp(starts[:, 1]), starts[:, 2].copy(),

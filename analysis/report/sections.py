@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import polars as pl
 
-from analysis import fairness, generation
-from analysis.ablations import BUDGET, option_title, seed_table
-from analysis.cells import CONDITION_KEYS, conditioned
-from analysis.fits import CurveFit
-from analysis.report import Block, interval, num
-from analysis.scalefit import FORM_RULE
+from analysis.compare import fairness, generation
+from analysis.compare.ablations import BUDGET, option_title, seed_table
+from analysis.records.cells import CONDITION_KEYS, conditioned
+from analysis.fit.fits import CurveFit
+from analysis.report.render import Block, interval, num
+from analysis.fit.scalefit import FORM_RULE
 
 
 def h(text: str, level: int = 2) -> Block:

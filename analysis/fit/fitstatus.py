@@ -1,5 +1,5 @@
-"""One rule for the status every fit reports (the size fits of `analysis.scalefit` and the
-frontier's isoFLOP parabolas and Approach 3 in `analysis.frontier`).
+"""One rule for the status every fit reports (the size fits of `analysis.fit.scalefit` and the
+frontier's isoFLOP parabolas and Approach 3 in `analysis.compare.frontier`).
 
 A fit the solver calls `ok` (or the named `reduced` form) keeps that status only when at most
 `MAX_BOUND_SHARE` of its resamples end at a bound of the search (more, and the interval is a

@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 from scipy import stats as sps
 
-from analysis.stats import Q_HI, SeedSummary
+from analysis.fit.stats import Q_HI, SeedSummary
 
 WINDOWS_FILE = "eval_windows.parquet"  # jobs.eval.windows.WINDOWS_FILE (analysis imports no jobs)
 PAIR_KEYS = ("dataset", "split", "window")

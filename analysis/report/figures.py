@@ -18,9 +18,9 @@ import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
-from analysis.cells import Cell  # noqa: E402
-from analysis.fits import CurveFit, predict  # noqa: E402
-from analysis.stats import percentile_ci, summarise  # noqa: E402
+from analysis.records.cells import Cell  # noqa: E402
+from analysis.fit.fits import CurveFit, predict  # noqa: E402
+from analysis.fit.stats import percentile_ci, summarise  # noqa: E402
 
 DPI = 90
 PALETTE = "tab10"

@@ -16,7 +16,7 @@ from cli import InputError, record_checks, schema
 
 UNITS = schema.UNITS  # jobs.eval.records.UNITS: the contract
 SPLITS = schema.SPLITS
-SELECTION_SPLIT = "validation"  # analysis.selection chooses swept settings on it
+SELECTION_SPLIT = "validation"  # analysis.records.selection chooses swept settings on it
 RUN_COLUMNS = ("family", "variant", "size", "seed")  # what one run id stands for
 # one measurement: a run's metric at one step under one estimator and condition (jobs.eval.records)
 MEASUREMENT = ("study", "run_id", "step", "dataset", "split", "metric", "estimator", "weights", "m", "evaluator",

@@ -28,7 +28,7 @@ The criteria, each checked per profile or per family (docs/DESIGN.md §11):
 A study that meets every criterion plans nothing. Budgets outside the measured range get a
 prediction (`predict`) before they train: N_opt and L_opt at the new budget from the frontier's
 lines in ln C, with the t(K - 2) predictive interval of a new vertex on the scale
-`analysis.frontier.between_budget_draws` uses (the vertices' scatter about the line or a vertex's
+`analysis.compare.frontier.between_budget_draws` uses (the vertices' scatter about the line or a vertex's
 within-parabola variance, the larger), drawn from the same resample.
 """
 from __future__ import annotations
@@ -40,11 +40,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from analysis import fairness, frontier
-from analysis.cells import latest
-from analysis.gap import REFERENCE_FAMILY, REFERENCE_METRIC
-from analysis.records import load
-from analysis.selection import SELECTION_SPLIT, select
+from analysis.compare import fairness, frontier
+from analysis.records.cells import latest
+from analysis.compare.gap import REFERENCE_FAMILY, REFERENCE_METRIC
+from analysis.records.read import load
+from analysis.records.selection import SELECTION_SPLIT, select
 
 ARM = ("family", "variant")
 SIDE_SHAPES = 2  # measured shapes each side of a profile's vertex
@@ -586,7 +586,7 @@ PLAN_COLUMNS = ("family", "variant", "budget_flops", "n_params", "seed", "lr", "
 
 def read_study(study_dir, resamples: int = 200, seed: int = 0) -> tuple[pl.DataFrame, frontier.Frontier]:
     """A study's planner points (its runs' last validation nll_l2r, each with its spec's lr) and
-    its reported frontier (analysis.frontier on the records selection reports), as the report reads
+    its reported frontier (analysis.compare.frontier on the records selection reports), as the report reads
     them: judge runs out, one kind of weights."""
     inputs = load([study_dir])
     records, _ = fairness.compared_only(inputs.records)

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis.record_values import check_together, check_values
-from analysis.carry import study_note
-from analysis.run_health import group_notes, run_records
+from analysis.records.values import check_together, check_values
+from analysis.records.carry import study_note
+from analysis.records.health import group_notes, run_records
 from cli import InputError, schema
 
 # column -> (kind, nullable); kinds: str, int, float (ints accepted and cast). CONTRACTS.md "Records";
@@ -108,7 +108,7 @@ def load(paths: list[str | Path]) -> Inputs:
 
 
 def _load_study(study: Path) -> dict[str, list]:
-    """A study's usable records (analysis.run_health: unreadable, outdated or partial records are
+    """A study's usable records (analysis.records.health: unreadable, outdated or partial records are
     left out with a note, as are damaged checkpoints named), options, curves and notes."""
     if not sorted(study.glob("runs/*/eval.parquet")):
         raise RecordsError(f"{study}/runs/*/eval.parquet: no records found; evaluate runs or pass record files")

@@ -1,6 +1,6 @@
 """The frontier part of the report: fits.json's `frontier` entries, the chosen-settings table,
 the frontier tables and figures (isoFLOP curves with their parabolas and minima, L_opt against C
-with bands, k against loss). See analysis.selection and analysis.frontier."""
+with bands, k against loss). See analysis.records.selection and analysis.compare.frontier."""
 from __future__ import annotations
 
 import math
@@ -13,11 +13,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
-from analysis import frontier, io, sections  # noqa: E402
-from analysis.figures import _png, log_ticks  # noqa: E402
-from analysis.report import Block, interval, num  # noqa: E402
-from analysis.scope import token_unit  # noqa: E402
-from analysis.selection import SWEEP_PREFIX, Selection  # noqa: E402
+from analysis.compare import frontier  # noqa: E402
+from analysis.report import io, sections  # noqa: E402
+from analysis.report.figures import _png, log_ticks  # noqa: E402
+from analysis.report.render import Block, interval, num  # noqa: E402
+from analysis.report.scope import token_unit  # noqa: E402
+from analysis.records.selection import SWEEP_PREFIX, Selection  # noqa: E402
 
 FIGURE_METRIC = "nll_l2r"  # the metric the frontier figures draw (every family reports it)
 

@@ -1,8 +1,8 @@
 """One independent part of an analysis computed on a second core while the caller does the rest.
 
-The ensemble fits (analysis.ensemble) need nothing the size fits produce, and with 1,000
+The ensemble fits (analysis.fit.ensemble) need nothing the size fits produce, and with 1,000
 resamples they are about 40 % of a report's fit time (bench/bench_fit_curves.py). `in_background`
-runs such a part in a fresh `python -m analysis.background` process and returns a handle whose
+runs such a part in a fresh `python -m analysis.fit.background` process and returns a handle whose
 `result()` is the part's value. A plain child process, not multiprocessing: "fork" does not suit
 polars' thread pool, and "spawn" re-imports the caller's main script, which would run an
 unguarded script's work twice. The part and its arguments travel as a pickle in a temporary
@@ -80,7 +80,7 @@ def in_background(fn: Callable, *args: Any, resamples: int) -> Pending:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
            "OMP_NUM_THREADS": "1"}
     with open(out / "stderr.txt", "wb") as err:
-        child = subprocess.Popen([sys.executable, "-m", "analysis.background", str(out)], env=env,
+        child = subprocess.Popen([sys.executable, "-m", "analysis.fit.background", str(out)], env=env,
                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
     return Pending(fn, args, child, folder)
 

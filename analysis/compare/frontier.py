@@ -1,7 +1,7 @@
 """Compute-optimal frontiers of isoFLOP studies (scaling.sweep `budgets`) and the training-compute
 multiplier at matched loss.
 
-Input: the records `analysis.selection` keeps (best swept settings per cell chosen on validation,
+Input: the records `analysis.records.selection` keeps (best swept settings per cell chosen on validation,
 values from the other splits). Per (family, variant, dataset, split, metric):
 
 - Approach 2 (Hoffmann et al. 2022, as SMDM's isoFLOP profiles): per budget C, OLS of the per-seed
@@ -55,10 +55,10 @@ import statsmodels.api as sm
 from scipy.interpolate import PchipInterpolator
 from scipy.optimize import least_squares
 
-from analysis import fitstatus
-from analysis.gap import COMPARED_METRICS, REFERENCE_FAMILY, REFERENCE_METRIC
-from analysis.selection import DATA_METRICS
-from analysis.stats import Q_HI, Q_LO
+from analysis.fit import fitstatus
+from analysis.compare.gap import COMPARED_METRICS, REFERENCE_FAMILY, REFERENCE_METRIC
+from analysis.records.selection import DATA_METRICS
+from analysis.fit.stats import Q_HI, Q_LO
 
 ENTRY = ("family", "variant", "dataset", "split", "metric")
 N_DRAWS = 2000
@@ -439,7 +439,7 @@ def analyse(reported: pl.DataFrame, resamples: int, seed: int = 0) -> Frontier:
 
 
 def _rule_warnings(key: tuple, e: Entry) -> list[str]:
-    """The shared status rules' notes (analysis.fitstatus) as report warnings: never a silent ok."""
+    """The shared status rules' notes (analysis.fit.fitstatus) as report warnings: never a silent ok."""
     name = "/".join(map(str, key))
     out = [f"{name}: isoFLOP parabola at C={p.budget_flops:.3g}: {n}" for p in e.profiles for n in p.notes]
     return out + [f"{name}: Approach 3 ({e.approach3['status']}): {n}" for n in e.approach3.get("notes", [])]

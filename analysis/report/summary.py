@@ -4,9 +4,9 @@ Every sentence here is generated from the analysis results, never written by han
 at each size with its interval and n and what it says (AR better, family better, inconclusive),
 the trend of the gap over the measured span of x, the multiplier k(x) only where it interpolates
 inside both curves' measured ranges (an extrapolated k never appears here), the ensemble gain at
-the largest size, the study's scope (`analysis.scope`), and warnings (runs on the unigram plateau, fits at a bound or
+the largest size, the study's scope (`analysis.report.scope`), and warnings (runs on the unigram plateau, fits at a bound or
 not identifiable, sizes missing seeds, runs without records, sets that were not evaluated). A frontier (isoFLOP)
-study's summary opens with its frontier (`analysis.frontier_lead`: k with its interval and loss range, L_opt and
+study's summary opens with its frontier (`analysis.report.frontier_lead`: k with its interval and loss range, L_opt and
 N_opt per budget, exponents, bracketing, lr per cell, held-out budgets) before the per-size gaps.
 """
 from __future__ import annotations
@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from analysis import frontier_figures, frontier_lead
-from analysis.fairness import BASELINE_METRIC, PLATEAU_MARGIN_NATS, numerics_warnings
-from analysis.gap import REFERENCE_FAMILY, REFERENCE_METRIC
-from analysis.multiplier import headline
-from analysis.report import Block, num
-from analysis.scope import scope_sentence, token_unit
+from analysis.report import frontier_figures, frontier_lead
+from analysis.compare.fairness import BASELINE_METRIC, PLATEAU_MARGIN_NATS, numerics_warnings
+from analysis.compare.gap import REFERENCE_FAMILY, REFERENCE_METRIC
+from analysis.compare.multiplier import headline
+from analysis.report.render import Block, num
+from analysis.report.scope import scope_sentence, token_unit
 
 LISTED = 4  # names listed in one warning before "and N more"
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from analysis.records import CAST, CONDITION_COLUMNS
+from analysis.records.read import CAST, CONDITION_COLUMNS
 
 CONDITION_TYPES = {"m": CAST["int"], **{name: CAST[kind] for name, kind in CONDITION_COLUMNS.items()}}
 CONDITION_KEYS = tuple(CONDITION_TYPES)  # m, then the records' optional condition columns
