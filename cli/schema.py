@@ -6,8 +6,9 @@ one `cli.InputError` line `<file>: <key>: <value> <what was expected>; <fix>` (a
 written `selection.chosen[2].sweep_lr`). Keys a kind does not name are left alone (newer writers
 may add some). The kinds: `study.json` (STUDY), a run's `spec.json` as analysis reads it (SPEC),
 `status.json` (STATUS), a `metrics.ndjson` row (METRICS_ROW), a report's `fits.json` as
-`--carry-lr-from` and the results book read it (FITS), `book_run.json` (BOOK_RUN), a study's
-pending `relaunch.json` (RELAUNCH: its specs' keys are run ids, checked by `cli.paths.within`).
+`--carry-lr-from` and the results book read it (FITS), `book_run.json` (BOOK_RUN), a frontier
+round's plan `rounds/round-<n>.json` (ROUND), a study's pending `relaunch.json` (RELAUNCH: its
+specs' keys are run ids, checked by `cli.paths.within`).
 
 Records (`eval.parquet`, and any records file given to `analysis.fit_curves`) are one table of
 columns, RECORD_COLUMNS: each column's kind (str, int, float), whether it may be null, and its
@@ -178,6 +179,17 @@ BOOK_RUN = Kind("book_run.json", {
     "command": rules.text, "wall_s": rules.nonneg_number, "rc": rules.integer,
     "load_before": list_of(rules.nonneg_number, nonempty=True), "load_after": list_of(rules.nonneg_number, nonempty=True)},
     required=("command", "wall_s", "rc", "load_before", "load_after"), fix="run that study again")
+ROUND_RUN = Kind("a round's run", {
+    "run_id": rules.name, "family": rules.text, "variant": string, "size": rules.text, "seed": rules.seed,
+    "lr": rules.positive_number, "budget_flops": rules.positive_number, "criterion": rules.text, "reason": string,
+    "spec": rules.table}, required=("run_id", "family", "variant", "size", "seed", "lr", "budget_flops", "criterion",
+                                    "reason", "spec"))
+ROUND_CHECK = Kind("a round's check", {"criterion": rules.text, "subject": string, "met": rules.switch,
+                                       "detail": string}, required=("criterion", "subject", "met", "detail"))
+ROUND = Kind("round file", {  # rounds/round-<n>.json: a frontier round's plan (scaling.rounds)
+    "round": rules.positive_int, "cost_flops": rules.nonneg_number, "runs": list_of(nested(ROUND_RUN)),
+    "checks": list_of(nested(ROUND_CHECK)), "predictions": list_of(string)}, required=("round", "cost_flops", "runs"),
+    fix="move it away and relaunch (python -m scaling.rounds plans that round again)")
 RELAUNCH = Kind("relaunch.json", {"study": rules.table, "specs": table_of(string)}, required=("study", "specs"),
                 fix="it holds a relaunch a kill interrupted: delete it and relaunch")  # scaling.journal
 

@@ -17,14 +17,13 @@ cost and writes nothing.
 """
 from __future__ import annotations
 
-import json
 import math
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from cli import InputError, Parser, float_arg, int_arg, parse, run_main
+from cli import InputError, Parser, float_arg, int_arg, parse, run_main, schema
 from jobs.run import files as runfiles
 from jobs.run.spec import RunSpec
 from models.ladder import core_params, get_shape, shape_for_params
@@ -52,14 +51,9 @@ def round_files(study_dir: Path) -> list[Path]:
 
 
 def read_round(path: Path) -> dict:
-    """A round file; InputError naming the fix when it is not one."""
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        raise InputError(f"rounds: {path} is not a readable round file; move it away and relaunch") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("runs"), list):
-        raise InputError(f"rounds: {path} has no `runs` list; move it away and relaunch")
-    return doc
+    """A round file, checked by cli.schema.ROUND: InputError naming the file, the key and the fix
+    when it is damaged (its run ids are ids: one safe path component each)."""
+    return schema.load_json(path, schema.ROUND)
 
 
 def unfinished(study_dir: Path) -> dict | None:

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -16,6 +20,7 @@ from models.ladder import core_params, get_shape
 from scaling import ledger, rounds
 from scaling.study import build_study
 from tests.analysis import frontier_synth as fs
+from tests.test_bad_inputs import snapshot
 
 
 class Killed(Exception):
@@ -122,3 +127,43 @@ def test_predictions_are_written_once_before_the_budget_trains(tmp_path):
     assert rounds.write_predictions(tmp_path, front, both) == first  # the new family added beside it
     entries = json.loads(first[0].read_text())["entries"]
     assert [e["family"] for e in entries] == ["ar", "aogpt"] and entries[0] == entry
+
+
+ROUND_RUN = {"run_id": "r1", "family": "ar", "variant": "", "size": "0.1M", "seed": 0, "lr": 1e-3,
+             "budget_flops": 1e12, "criterion": "budgets", "reason": "a budget above the measured range", "spec": {}}
+BAD_ROUNDS = {  # rounds/round-1.json's text -> what the one line names (cli.schema.ROUND)
+    "run_id": (json.dumps({"round": 1, "cost_flops": 1e12, "runs": [{**ROUND_RUN, "run_id": "../../x"}]}),
+               "round-1.json: runs[0].run_id: '../../x' is not one path component"),
+    "seed": (json.dumps({"round": 1, "cost_flops": 1e12, "runs": [{**ROUND_RUN, "seed": "one"}]}),
+             "round-1.json: runs[0].seed: 'one' must be"),
+    "lr": (json.dumps({"round": 1, "cost_flops": 1e12, "runs": [{**ROUND_RUN, "lr": -1.0}]}),
+           "round-1.json: runs[0].lr: -1.0 must be"),
+    "spec": (json.dumps({"round": 1, "cost_flops": 1e12, "runs": [{k: v for k, v in ROUND_RUN.items() if k != "spec"}]}),
+             "round-1.json: runs[0].spec is missing"),
+    "met": (json.dumps({"round": 1, "cost_flops": 1e12, "runs": [], "checks": [
+        {"criterion": "seeds", "subject": "ar", "met": "yes", "detail": ""}]}), "round-1.json: checks[0].met: 'yes'"),
+    "runs": (json.dumps({"round": 1, "cost_flops": 1e12, "runs": {}}), "round-1.json: runs: {} must be a list"),
+    "cost": (json.dumps({"round": 1, "cost_flops": "1e12", "runs": []}), "round-1.json: cost_flops: '1e12' must be"),
+    "list": ("[]", "round-1.json: holds a JSON list"), "cut": ('{"round": 1, "ru', "round-1.json: not readable JSON"),
+}
+
+
+def test_a_damaged_round_file_is_one_line_naming_the_key_in_a_real_process_and_nothing_is_written(tmp_path):
+    """The round file (a round's plan) is read back through cli.schema.ROUND: a run id that is no
+    id, a seed, lr or cost of another type, a missing spec, a check's `met` as text, a list or a
+    cut file are each exit 2 with one line naming the file, the key and the fix; nothing written."""
+    repo = Path(__file__).resolve().parents[2]
+    for name, (text, _) in BAD_ROUNDS.items():
+        ledger.prepare(tmp_path / name, build_study({"families": "ar", "sizes": "0.1M", "seeds": 1, "max_steps": 2,
+                                                     "seq_len": 32}))
+        (tmp_path / name / "rounds").mkdir()
+        (tmp_path / name / "rounds" / "round-1.json").write_text(text)
+    before = snapshot(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(repo), "AOSCALE_CACHE": str(tmp_path / "cache")}
+    procs = [subprocess.Popen([sys.executable, "-m", "scaling.rounds", name, "--dry-run"], cwd=tmp_path, env=env,
+                              text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for name in BAD_ROUNDS]
+    for proc, (name, (_, named)) in zip(procs, BAD_ROUNDS.items()):
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 2 and "Traceback" not in err, (name, err[-2000:])
+        assert len(err.strip().splitlines()) == 1 and named in err and "move it away and relaunch" in err, err
+    assert snapshot(tmp_path) == before
