@@ -22,7 +22,7 @@ from cli.paths import user_path
 from analysis import DEFAULT_BOOTSTRAP, MAX_BOOTSTRAP, MIN_BOOTSTRAP
 from analysis.fit import evalnoise
 from analysis.compare import ablations, distinct, fairness, generation
-from analysis.report import atomic, figures, frontier_figures, io, sections, summary
+from analysis.report import atomic, figures, frontier_figures, sections, summary
 from analysis.fit.background import in_background, workers_from_env
 from analysis.records.cells import CELL_KEYS, CONDITION_KEYS, build_cells, condition_text, latest
 from analysis.records.data_ledger import repetition_notes
@@ -253,17 +253,17 @@ def make_figures(a: Analysis) -> list:
     order = lambda kv: first((*kv[0][:2], tuple(-1 if v is None else v for v in kv[0][2]), *kv[0][3:]))  # noqa: E731
     for (_, metric, conditions, dataset, split), cells in sorted(groups.items(), key=order):
         title = f"{metric} {dataset}/{split}" + condition_text(dict(zip(CONDITION_KEYS, conditions)))
-        size_blocks.append(sections.fig(f"loss_vs_size_{io.safe_name(metric, dataset, split, *conditions)}.png",
+        size_blocks.append(sections.fig(f"loss_vs_size_{atomic.safe_name(metric, dataset, split, *conditions)}.png",
                                         figures.loss_vs_size(cells, by_key, title, a.x, _ylabel(a, metric)),
                                         f"{title} vs {a.x} (95% t-intervals; fitted curves with 95% bootstrap bands)"))
     blocks = size_blocks[:1] + _flops_figure(a, primary)
     for (dataset, split) in sorted({(g.dataset, g.split) for g in a.gaps}, key=first):
         sel = [g for g in a.gaps if (g.dataset, g.split) == (dataset, split)]
-        blocks.append(sections.fig(f"gap_vs_size_{io.safe_name(dataset, split)}.png",
+        blocks.append(sections.fig(f"gap_vs_size_{atomic.safe_name(dataset, split)}.png",
                                    figures.gap_vs_size(sel, f"gap {dataset}/{split}", a.x, summary.token_unit(a.final)),
                                    f"Δ vs {a.x} on {dataset}/{split} (95% interval bands)"))
     for s in sorted(a.ensembles, key=lambda s: first((s.dataset, s.split))):
-        blocks.append(sections.fig(f"nll_vs_m_{io.safe_name(s.family, s.variant, s.dataset, s.split)}.png",
+        blocks.append(sections.fig(f"nll_vs_m_{atomic.safe_name(s.family, s.variant, s.dataset, s.split)}.png",
                                    figures.nll_vs_m(s, summary.token_unit(a.final)),
                                    f"nll_ensemble vs M per size: {s.family}/{s.variant} {s.dataset}/{s.split} "
                                    "(95% t-interval bands)"))
@@ -288,7 +288,7 @@ def _flops_figure(a: Analysis, primary: tuple[str, str]) -> list:
     if not cells:
         return []
     title = f"nll_l2r {primary[0]}/{primary[1]} vs training FLOPs"
-    return [sections.fig(f"loss_vs_flops_{io.safe_name(*primary)}.png",
+    return [sections.fig(f"loss_vs_flops_{atomic.safe_name(*primary)}.png",
                          figures.loss_vs_flops(cells, title, _ylabel(a, "nll_l2r")),
                          f"{title}, all families (95% t-interval bands over seeds)")]
 
@@ -331,7 +331,7 @@ def tables(a: Analysis) -> dict[str, pl.DataFrame]:
     if mult_rows:
         out["multipliers"] = pl.DataFrame([{k: v for k, v in r.items() if k != "ci95"} for r in mult_rows],
                                           infer_schema_length=None)
-    out.update({f"option_{io.safe_name(k)}": v for k, v in a.options.items()})
+    out.update({f"option_{atomic.safe_name(k)}": v for k, v in a.options.items()})
     for name, frame in (("plateau", a.plateau), ("ema_effect", a.ema)):
         if frame is not None and not frame.is_empty():
             out[name] = frame
@@ -354,7 +354,7 @@ def write_report(a: Analysis, out_dir: Path) -> Path:
     folder is marked as a report of `a.inputs.sources` (cli.outputs)."""
     def write(tmp: Path) -> None:
         _write_files(a, tmp)
-        io.write_text(tmp / outputs.MARKER, outputs.marker_text("report", a.inputs.sources, out_dir))
+        atomic.write_text(tmp / outputs.MARKER, outputs.marker_text("report", a.inputs.sources, out_dir))
 
     return atomic.build_dir(out_dir, write, owned=(*REPORT_ENTRIES, outputs.MARKER))
 
@@ -364,19 +364,19 @@ REPORT_ENTRIES = ("fits.json", "tables", "figures", "report.md", "report.html", 
 
 def _write_files(a: Analysis, out_dir: Path) -> None:
     front = frontier_figures.build(a.selection, a.final, a.bootstrap, a.seed)  # isoFLOP studies, sweeps
-    io.write_text(out_dir / "fits.json", fits_json(a, front.doc))
+    atomic.write_text(out_dir / "fits.json", fits_json(a, front.doc))
     for name, frame in tables(a).items():
-        io.write_table(out_dir / "tables", name, frame)
+        atomic.write_table(out_dir / "tables", name, frame)
     figure_blocks = make_figures(a) + list(front.figures)
     for b in figure_blocks:
-        io.write_bytes(out_dir / "figures" / b.name, b.png)
+        atomic.write_bytes(out_dir / "figures" / b.name, b.png)
     blocks = report_blocks(a, figure_blocks) + list(front.blocks)
     title = "aoscale scaling report"
-    io.write_text(out_dir / "report.md", to_markdown(title, blocks))
-    io.write_text(out_dir / "report.html", to_html(title, blocks))
+    atomic.write_text(out_dir / "report.md", to_markdown(title, blocks))
+    atomic.write_text(out_dir / "report.html", to_html(title, blocks))
     manifest = a.inputs.study_dir / "study.json" if a.inputs.study_dir else None
     if manifest is not None and manifest.is_file():
-        io.write_bytes(out_dir / "study.json", manifest.read_bytes())
+        atomic.write_bytes(out_dir / "study.json", manifest.read_bytes())
 
 
 def default_out(paths: list[Path]) -> Path:

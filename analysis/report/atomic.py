@@ -1,4 +1,10 @@
-"""A report directory replaced as a whole: built in a temporary sibling folder, then swapped in.
+"""Every file the report keeps written atomically, and the report directory replaced as a whole.
+
+`write_bytes` / `write_text` / `write_table` write one file: a temporary file in the same folder,
+fsynced, then renamed into place, so a reader never sees half a file. `safe_name` makes the stems
+of the report's figure and table names.
+
+A directory is built in a temporary sibling folder, then swapped in:
 
 `build_dir(target, write)` calls `write(tmp)` on `.<name>.tmp-<pid>@<host>-<random>` beside the target,
 then exchanges the two folders in one `renameat2(RENAME_EXCHANGE)` (Linux; elsewhere, or where
@@ -12,16 +18,22 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import io
 import os
+import re
 import shutil
 import socket
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cli.durable import fsync_dir
 from cli.faults import fault_point
+
+if TYPE_CHECKING:
+    import polars as pl
 
 RENAME_EXCHANGE = 2  # linux/fs.h
 AT_FDCWD = -100
@@ -29,6 +41,42 @@ _STAGES = (".tmp-", ".old-")
 
 
 FOREIGN_STALE_S = 6 * 3600  # another machine's leftovers (shared storage) are removed after this long
+
+
+def safe_name(*parts: object) -> str:
+    """A file-name stem from `parts` (None skipped): every run of characters outside [A-Za-z0-9._-]
+    becomes one underscore (no ':' or '+' in figure names)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", "_".join(str(p) for p in parts if p is not None))
+
+
+def write_bytes(path: Path, data: bytes) -> Path:
+    """Write `data` to `path` atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_text(path: Path, text: str) -> Path:
+    """Write UTF-8 text atomically."""
+    return write_bytes(path, text.encode("utf-8"))
+
+
+def write_table(directory: Path, name: str, frame: pl.DataFrame) -> list[Path]:
+    """`name`.parquet and `name`.csv (nested columns dropped from the CSV)."""
+    buf = io.BytesIO()
+    frame.write_parquet(buf)
+    flat = frame.select([c for c, t in frame.schema.items() if not t.is_nested()])
+    return [write_bytes(directory / f"{name}.parquet", buf.getvalue()),
+            write_text(directory / f"{name}.csv", flat.write_csv())]
 
 
 def _stage_name(target: Path, kind: str) -> str:

@@ -14,7 +14,7 @@ import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
 from analysis.compare import frontier  # noqa: E402
-from analysis.report import io, sections  # noqa: E402
+from analysis.report import atomic, sections  # noqa: E402
 from analysis.report.figures import _png, log_ticks  # noqa: E402
 from analysis.report.render import Block, interval, num  # noqa: E402
 from analysis.report.scope import token_unit  # noqa: E402
@@ -113,7 +113,7 @@ def _frontier_tables(front: frontier.Frontier) -> list[Block]:
 
 def _figures(front: frontier.Frontier, unit: str = "nats/token") -> list[Block]:
     shown = [e for e in front.entries if e.key[4] == FIGURE_METRIC]
-    blocks = [sections.fig(f"isoflop_{io.safe_name(*e.key)}.png", isoflop_png(e, unit),
+    blocks = [sections.fig(f"isoflop_{atomic.safe_name(*e.key)}.png", isoflop_png(e, unit),
                            f"isoFLOP profiles {'/'.join(map(str, e.key))}: per-seed points, fitted parabolas, minima")
               for e in shown]
     for split in sorted({e.key[3] for e in shown}):

@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from analysis import fit_curves
-from analysis.report import frontier_figures, io
+from analysis.report import atomic, frontier_figures
 from analysis.records.carry import carried_lr, study_note
 from analysis.records.read import Inputs
 from cli import InputError
@@ -30,7 +30,7 @@ def _source(tmp_path, lr_bonus: dict[tuple[str, str, float], float]):
         frame = frame.with_columns(value=pl.when(hit).then(pl.col("value") + bonus).otherwise(pl.col("value")))
     a = fit_curves.analyse(Inputs(frame, None, ("planted",)), bootstrap=10)
     front = frontier_figures.build(a.selection, a.final, a.bootstrap, a.seed)
-    io.write_text(tmp_path / "report" / "fits.json", fit_curves.fits_json(a, front.doc))
+    atomic.write_text(tmp_path / "report" / "fits.json", fit_curves.fits_json(a, front.doc))
     return tmp_path
 
 
