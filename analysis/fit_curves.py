@@ -87,8 +87,8 @@ def _axis_fits(final: pl.DataFrame, x: str, bootstrap: int, seed: int, flags: di
         if axis == x:
             continue
         cells = [c for c in build_cells(final.filter(~pl.col("metric").is_in(fairness.NOT_FITTED)), axis)
-                 if c.key[5] is None and (c.key[2] == REFERENCE_METRIC if c.key[0] == REFERENCE_FAMILY
-                                          else c.key[2] in COMPARED_METRICS)]
+                 if c.key.m is None and (c.key.metric == REFERENCE_METRIC if c.key.family == REFERENCE_FAMILY
+                                          else c.key.metric in COMPARED_METRICS)]
         out[axis] = {c.key: fairness.flag_fit(fit_cell(c, x=axis, resamples=bootstrap, seed=seed), c.points, flags)
                      for c in cells}
     return out
@@ -99,7 +99,7 @@ def _matched(final: pl.DataFrame, bootstrap: int, seed: int, flags: dict, family
     cells = build_cells(final.filter(~pl.col("metric").is_in(fairness.NOT_FITTED)), "n_params_family")
     fits = family_fits if family_fits is not None else {
         c.key: fairness.flag_fit(fit_cell(c, x="n_params_family", resamples=bootstrap, seed=seed), c.points, flags)
-        for c in cells if c.key[0] == REFERENCE_FAMILY}
+        for c in cells if c.key.family == REFERENCE_FAMILY}
     points = matched_family_gaps(cells, fits, bootstrap, seed)
     out = []
     for pt in points:
@@ -246,9 +246,9 @@ def make_figures(a: Analysis) -> list:
     groups = {}
     by_key = {f_cell.key: f for f_cell, f in zip(a.cells, a.fits)}
     for cell in a.cells:
-        if cell.key[2] != "nll_ensemble":
-            groups.setdefault((cell.key[2] != "nll_l2r", cell.key[2], cell.key[5:], cell.key[3], cell.key[4]),
-                              []).append(cell)
+        k = cell.key
+        if k.metric != "nll_ensemble":
+            groups.setdefault((k.metric != "nll_l2r", k.metric, k.conditions, k.dataset, k.split), []).append(cell)
     size_blocks = []
     order = lambda kv: first((*kv[0][:2], tuple(-1 if v is None else v for v in kv[0][2]), *kv[0][3:]))  # noqa: E731
     for (_, metric, conditions, dataset, split), cells in sorted(groups.items(), key=order):
@@ -284,7 +284,7 @@ def _ylabel(a: Analysis, metric: str) -> str:
 
 def _flops_figure(a: Analysis, primary: tuple[str, str]) -> list:
     """Loss vs training FLOPs of every family's nll_l2r on the summary's dataset/split."""
-    cells = [c for c in build_cells(a.final, "flops") if c.key[2] == "nll_l2r" and tuple(c.key[3:5]) == primary]
+    cells = [c for c in build_cells(a.final, "flops") if c.key.metric == "nll_l2r" and c.key.data == primary]
     if not cells:
         return []
     title = f"nll_l2r {primary[0]}/{primary[1]} vs training FLOPs"

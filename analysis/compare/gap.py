@@ -81,18 +81,18 @@ def compute_gaps(cells: list[Cell], fits: dict[tuple, CurveFit], resamples: int,
     """Every non-AR (family, variant) x COMPARED_METRICS against AR's nll_l2r, per dataset/split.
     `axis_fits` adds the fits on other x conventions, for the multipliers on those axes."""
     by_axis = {**(axis_fits or {}), x: fits}
-    refs = [c for c in cells if c.key[0] == REFERENCE_FAMILY and c.key[2] == REFERENCE_METRIC and c.key[5] is None]
+    refs = [c for c in cells if c.key.family == REFERENCE_FAMILY and c.key.metric == REFERENCE_METRIC and c.key.m is None]
     if not refs:
         return [], [f"no gap: no '{REFERENCE_FAMILY}' runs with metric '{REFERENCE_METRIC}'"]
     notes, gaps = [], []
     ref_by_data = {}
     for c in refs:  # with several AR variants, the one with most runs is the reference
-        best = ref_by_data.get(c.key[3:5])
+        best = ref_by_data.get(c.key.data)
         if best is None or _n_runs(c) > _n_runs(best):
-            ref_by_data[c.key[3:5]] = c
+            ref_by_data[c.key.data] = c
     for c in cells:
-        ref = ref_by_data.get(c.key[3:5])
-        if c.key[0] == REFERENCE_FAMILY or c.key[2] not in COMPARED_METRICS or c.key[5] is not None or ref is None:
+        ref = ref_by_data.get(c.key.data)
+        if c.key.family == REFERENCE_FAMILY or c.key.metric not in COMPARED_METRICS or c.key.m is not None or ref is None:
             continue
         gaps.append(_gap(c, ref, by_axis, x, resamples, seed))
     if not gaps:
@@ -118,9 +118,9 @@ def _gap(c: Cell, ref: Cell, by_axis: dict, x: str, resamples: int, seed: int) -
             groups.append(g)
     tr = trend(xs, groups, resamples, seed)
     mult, why = multipliers(by_axis, c.key, ref.key, x)
-    fam, variant, metric, dataset, split = c.key[:5]
-    return Gap(fam, variant, metric, dataset, split, f"{ref.key[0]}/{ref.key[1]} {REFERENCE_METRIC}",
-               tuple(points), tr, mult, why, (ref.key[0], ref.key[1]))
+    k = c.key
+    return Gap(k.family, k.variant, k.metric, k.dataset, k.split, f"{ref.key.family}/{ref.key.variant} {REFERENCE_METRIC}",
+               tuple(points), tr, mult, why, (ref.key.family, ref.key.variant))
 
 
 def with_eval_noise(gaps: list[Gap], final: pl.DataFrame, windows: pl.DataFrame | None) -> list[Gap]:
@@ -170,21 +170,21 @@ def matched_family_gaps(cells: list[Cell], fits: dict[tuple, CurveFit], resample
     """Δ per size at matched family parameters (cells and fits on x = n_params_family)."""
     refs = {}
     for c in cells:
-        if c.key[0] == REFERENCE_FAMILY and c.key[2] == REFERENCE_METRIC and c.key[5] is None:
-            best = refs.get(c.key[3:5])
-            refs[c.key[3:5]] = c if best is None or _n_runs(c) > _n_runs(best) else best
+        if c.key.family == REFERENCE_FAMILY and c.key.metric == REFERENCE_METRIC and c.key.m is None:
+            best = refs.get(c.key.data)
+            refs[c.key.data] = c if best is None or _n_runs(c) > _n_runs(best) else best
     out = []
     for c in cells:
-        ref = refs.get(c.key[3:5])
-        if c.key[0] == REFERENCE_FAMILY or c.key[2] not in COMPARED_METRICS or c.key[5] is not None or ref is None:
+        ref = refs.get(c.key.data)
+        if c.key.family == REFERENCE_FAMILY or c.key.metric not in COMPARED_METRICS or c.key.m is not None or ref is None:
             continue
         out += [_matched(c, a, fits.get(ref.key), resamples, seed) for a in c.points]
     return out
 
 
 def _matched(c: Cell, a: Point, ref_fit: CurveFit | None, resamples: int, seed: int) -> MatchedPoint:
-    fam, variant, metric, dataset, split = c.key[:5]
-    base = dict(family=fam, variant=variant, metric=metric, dataset=dataset, split=split, size=a.label, x=a.x,
+    k = c.key
+    base = dict(family=k.family, variant=k.variant, metric=k.metric, dataset=k.dataset, split=k.split, size=a.label, x=a.x,
                 n=a.array.size)
     if ref_fit is None or not ref_fit.usable:
         why = f"AR's fit on n_params_family is {ref_fit.status if ref_fit else 'missing'}"

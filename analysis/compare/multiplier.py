@@ -17,6 +17,7 @@ import numpy as np
 from analysis.fit.fits import CurveFit
 from analysis.fit.powerlaw import predict
 from analysis.fit.stats import percentile_ci
+from analysis.records.cells import CellKey
 
 RANGE_TOLERANCE = 1e-9  # relative slack on the measured range's ends (float round-off)
 
@@ -76,7 +77,7 @@ def axis_multipliers(fam: CurveFit | None, ref: CurveFit | None, axis: str) -> t
     return tuple(out), ""
 
 
-def multipliers(fits_by_axis: dict[str, dict[tuple, CurveFit]], fam_key: tuple, ref_key: tuple,
+def multipliers(fits_by_axis: dict[str, dict[CellKey, CurveFit]], fam_key: CellKey, ref_key: CellKey,
                 main_axis: str) -> tuple[tuple[Multiplier, ...], str]:
     """k on every axis that has fits; the reason (of the main axis) when it has none."""
     out, why = [], ""

@@ -5,6 +5,7 @@ steps, parallel tokens per step, sampling setting) is one curve per condition.""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import polars as pl
@@ -48,12 +49,47 @@ class Point:
         return np.asarray(self.values, dtype=float)
 
 
+class CellKey(NamedTuple):
+    """What one curve is: who (family, variant), what was measured where (metric, dataset, split)
+    and under which conditions (None where the metric has none). A tuple of CELL_KEYS in order, so
+    it hashes, compares and sorts as the plain tuple did."""
+
+    family: str
+    variant: str
+    metric: str
+    dataset: str
+    split: str
+    m: int | None = None
+    steps: int | None = None
+    tokens_per_step: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+
+    @property
+    def data(self) -> tuple[str, str]:
+        """(dataset, split): where the curve was measured."""
+        return self.dataset, self.split
+
+    @property
+    def conditions(self) -> tuple:
+        """The condition values, in CONDITION_KEYS order."""
+        return tuple(self[5:])
+
+
+if CellKey._fields != CELL_KEYS:
+    raise ImportError(f"CellKey's fields {CellKey._fields} differ from the records' cell columns {CELL_KEYS}")
+
+
 @dataclass(frozen=True)
 class Cell:
     """One curve's data, points sorted by x."""
 
-    key: tuple
+    key: CellKey
     points: tuple[Point, ...]
+
+    def __post_init__(self):
+        if not isinstance(self.key, CellKey):
+            object.__setattr__(self, "key", CellKey(*self.key))
 
     def as_dict(self) -> dict:
         """The key as {column: value}."""
@@ -84,9 +120,9 @@ def build_cells(final: pl.DataFrame, x: str) -> list[Cell]:
     """All cells of the latest records, with x taken from column `x` (median over a size's runs)."""
     grouped = (per_seed(final, x).group_by([*CELL_KEYS, "size"], maintain_order=True)
                .agg(pl.col("seed"), pl.col("value"), pl.col("x").median()))
-    cells: dict[tuple, list[Point]] = {}
+    cells: dict[CellKey, list[Point]] = {}
     for row in grouped.iter_rows(named=True):
-        key = tuple(row[k] for k in CELL_KEYS)
+        key = CellKey(*(row[k] for k in CELL_KEYS))
         point = Point(row["size"], float(row["x"]), tuple(row["seed"]), tuple(row["value"]), row["size"])
         cells.setdefault(key, []).append(point)
     return [Cell(k, tuple(sorted(v, key=lambda p: (p.x, p.label)))) for k, v in

@@ -18,7 +18,7 @@ import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
-from analysis.records.cells import Cell  # noqa: E402
+from analysis.records.cells import Cell, CellKey  # noqa: E402
 from analysis.fit.fits import CurveFit, predict  # noqa: E402
 from analysis.fit.stats import percentile_ci, summarise  # noqa: E402
 
@@ -118,16 +118,17 @@ def _seed_band(ax, xs, values, label: str, color=None):
     return line
 
 
-def loss_vs_size(cells: list[Cell], fits: dict[tuple, CurveFit], title: str, x: str, ylabel: str = "loss") -> bytes:
+def loss_vs_size(cells: list[Cell], fits: dict[CellKey, CurveFit], title: str, x: str, ylabel: str = "loss") -> bytes:
     """Seed means with 95 % t-intervals per family/variant, log-log, with fitted curves (dashed
     past the data)."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for cell in cells:
         xs = np.array([p.x for p in cell.points])
-        _errorbar(ax, xs, [p.array for p in cell.points], _who(*cell.key[:2]), *cell.key[:2])
+        who = cell.key.family, cell.key.variant
+        _errorbar(ax, xs, [p.array for p in cell.points], _who(*who), *who)
         fit = fits.get(cell.key)
         if fit is not None and fit.curve() is not None:
-            _fit_band(ax, fit, np.geomspace(xs.min(), xs.max() * 10, 100), family_colour(cell.key[0]))
+            _fit_band(ax, fit, np.geomspace(xs.min(), xs.max() * 10, 100), family_colour(cell.key.family))
     ax.set(xscale="log", yscale="log", xlabel=f"{x} (parameters)" if x.startswith("n_params") else x,
            ylabel=ylabel, title=title)
     log_ticks(ax)
@@ -139,8 +140,8 @@ def loss_vs_flops(cells: list[Cell], title: str, ylabel: str = "loss") -> bytes:
     """Seed means vs training FLOPs with 95 % t-interval bands, one line per family/variant."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for cell in cells:
-        _seed_band(ax, [p.x for p in cell.points], [p.array for p in cell.points], _who(*cell.key[:2]),
-                   family_colour(cell.key[0]))
+        _seed_band(ax, [p.x for p in cell.points], [p.array for p in cell.points],
+                   _who(cell.key.family, cell.key.variant), family_colour(cell.key.family))
     ax.set(xscale="log", yscale="log", xlabel="training compute (FLOPs)", ylabel=ylabel, title=title)
     log_ticks(ax)
     ax.legend(fontsize=7)

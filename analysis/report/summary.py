@@ -182,9 +182,9 @@ def fit_warnings(fits) -> list[str]:
 
 def seed_warnings(cells) -> list[str]:
     """Sizes with fewer seeds than the study's most-seeded size."""
-    l2r = [c for c in cells if c.key[2] == "nll_l2r"]
+    l2r = [c for c in cells if c.key.metric == "nll_l2r"]
     most = max((len(p.values) for c in l2r for p in c.points), default=0)
-    short = [f"{c.key[0]} {p.label} ({len(p.values)}/{most}) on {c.key[3]}" for c in l2r for p in c.points
+    short = [f"{c.key.family} {p.label} ({len(p.values)}/{most}) on {c.key.dataset}" for c in l2r for p in c.points
              if len(p.values) < most]
     return [f"Sizes missing seeds: {_listing(short)}."] if short else []
 
