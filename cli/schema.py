@@ -190,7 +190,7 @@ ROUND = Kind("round file", {  # rounds/round-<n>.json: a frontier round's plan (
     "round": rules.positive_int, "cost_flops": rules.nonneg_number, "runs": list_of(nested(ROUND_RUN)),
     "checks": list_of(nested(ROUND_CHECK)), "predictions": list_of(string)}, required=("round", "cost_flops", "runs"),
     fix="move it away and relaunch (python -m scaling.rounds plans that round again)")
-RELAUNCH = Kind("relaunch.json", {"study": rules.table, "specs": table_of(string)}, required=("study", "specs"),
+RELAUNCH = Kind("relaunch.json", {"study": nested(STUDY), "specs": table_of(string)}, required=("study", "specs"),
                 fix="it holds a relaunch a kill interrupted: delete it and relaunch")  # scaling.journal
 
 

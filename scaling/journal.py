@@ -6,9 +6,11 @@ study document and the text of every spec.json that changes. Only then are study
 spec files rewritten, and the journal removed last. A launcher killed in between leaves the
 journal; the next launch rolls it forward (under the study lock) before anything else, and a
 reader (`scaling.status`, through `scaling.ledger.view`) takes a run's spec from the journal while
-it is pending, so a run whose records are on the old suite is never shown as done. A spec that
-cannot be rewritten because its run is training (its lock held) stays in the journal until a
-later launch can write it.
+it is pending, so a run whose records are on the old suite is never shown as done, and says the
+change is pending (`pending_change`). A spec that cannot be rewritten because its run is training
+(its lock held) stays in the journal until a later launch can write it. A damaged journal
+(cli.schema.RELAUNCH: the study a study.json, each spec a run id's spec.json object) is refused
+before anything is written or shown.
 
 `differences` names the settings in which two studies differ, for a refused relaunch.
 """
@@ -53,12 +55,27 @@ def read(study_dir: str | Path) -> dict[str, Any] | None:
     spec keyed by anything but a run id of the study (cli.paths.within), is an InputError naming it."""
     path = Path(study_dir) / JOURNAL_FILE
     doc = schema.load_json(path, schema.RELAUNCH)
-    for run_id in (doc or {"specs": {}})["specs"]:
+    for run_id, text in (doc or {"specs": {}})["specs"].items():
         try:
             within(f"{path}: specs", Path(study_dir) / runfiles.RUNS_DIR, run_id)
         except InputError as error:  # the journal's fix, not the name rule's
             raise InputError(f"{str(error).split('; ')[0]}; {schema.RELAUNCH.fix}") from None
+        _spec_doc(path, run_id, text)
     return doc
+
+
+def pending_change(study_dir: str | Path) -> dict[str, Any] | None:
+    """A change a kill interrupted, as scaling.status reports it: `study_written` (study.json holds
+    the new study yet), `specs_left` (runs whose spec.json is still to write) and `runs_added`
+    (runs the new study adds to study.json's order); None when none is pending."""
+    pending = read(study_dir)
+    if pending is None:
+        return None
+    current = schema.load_json(Path(study_dir) / runfiles.STUDY_FILE, schema.STUDY, default={})
+    order = current.get("order") or []
+    left = sorted(r for r, text in pending["specs"].items() if _spec_text(Path(study_dir), r) != text)
+    return {"study_written": current == pending["study"], "specs_left": left,
+            "runs_added": [r for r in pending["study"].get("order") or [] if r not in order]}
 
 
 def pending_spec(run_dir: str | Path) -> dict[str, Any] | None:
@@ -68,14 +85,17 @@ def pending_spec(run_dir: str | Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     text = (read(path.parent) or {"specs": {}})["specs"].get(run_dir.name)
-    if text is None:
-        return None
+    return None if text is None else _spec_doc(path, run_dir.name, text)
+
+
+def _spec_doc(path: Path, run_id: str, text: str) -> dict[str, Any]:
+    """The spec.json object a journal's text holds; InputError naming the journal and run otherwise."""
     try:
         spec = json.loads(text)
     except ValueError:
         spec = None
     if not isinstance(spec, dict):
-        raise InputError(f"{path}: specs.{run_dir.name}: not a JSON object (a run's spec.json text); "
+        raise InputError(f"{path}: specs.{run_id}: not a JSON object (a run's spec.json text); "
                          f"{schema.RELAUNCH.fix}")
     return spec
 

@@ -15,9 +15,15 @@ Each damaged or failed run also gets a `warning:` line under the table saying ho
 retry it (`--retry-failed`), as does a run the table cannot show as it should (its folder or
 spec.json missing or corrupt, a status.json rebuilt from its checkpoints).
 
+A relaunch a kill interrupted (its `relaunch.json` journal, scaling.journal) is reported, not
+finished (status writes nothing): a `relaunch:` line says whether study.json holds the new study
+yet, which runs' spec.json are still to write and which runs it adds; the runs are shown with the
+specs it gives them, and the next launch of the study finishes it. A damaged journal is refused.
+
 `--json` prints one JSON object instead: `{"study", "runs": [{column: value, "warnings": [...]}],
-"counts": {state: n}}` (seed, loss and tries as numbers, unknown values as null), for scripts and
-dashboards; the warnings go to stderr as well.
+"counts": {state: n}, "relaunch": null or {"study_written", "specs_left", "runs_added"}}` (seed,
+loss and tries as numbers, unknown values as null), for scripts and dashboards; the warnings go to
+stderr as well.
 
 Exit status: 0 when every run is done, 1 otherwise, 2 when the path holds no study.
 """
@@ -41,7 +47,7 @@ from jobs.run import numerics
 from jobs.run.files import METRICS_FILE, read_status
 from jobs.run.spec import RunSpec
 
-from . import ledger
+from . import journal, ledger
 
 TAIL_BYTES = 65_536  # enough for the last few dozen metric rows
 VERIFY_MAX_BYTES = 1 << 30  # final checkpoints up to 1 GiB are checksummed every time (--verify: all)
@@ -243,13 +249,30 @@ JSON_NUMBERS = {"seed": int, "loss": float, "tries": int}  # the other columns s
 
 
 def as_json(study_dir: Path, rows: list[tuple[str, ...]], counts: Counter,
-            warnings: dict[str, list[str]] | None = None) -> str:
-    """The `--json` document: every row as an object keyed by column (with its `warnings`), plus
-    the counts per state."""
+            warnings: dict[str, list[str]] | None = None, relaunch: dict | None = None) -> str:
+    """The `--json` document: every row as an object keyed by column (with its `warnings`), the
+    counts per state, and the relaunch a kill interrupted (`journal.pending_change`, or null)."""
     header = COLUMNS + (QUEUE_COLUMN,) if rows and len(rows[0]) > len(COLUMNS) else COLUMNS
     runs = [{**{key: None if cell == "-" else JSON_NUMBERS.get(key, str)(cell) for key, cell in zip(header, row)},
              "warnings": (warnings or {}).get(row[0], [])} for row in rows]
-    return json.dumps({"study": str(study_dir), "runs": runs, "counts": dict(sorted(counts.items()))}, indent=1)
+    return json.dumps({"study": str(study_dir), "runs": runs, "counts": dict(sorted(counts.items())),
+                       "relaunch": relaunch}, indent=1)
+
+
+def _some(ids: list[str], most: int = 3) -> str:
+    shown = ", ".join(ids[:most]) + (f" and {len(ids) - most} more" if len(ids) > most else "")
+    return f"{len(ids)} ({shown})" if ids else "none"
+
+
+def relaunch_lines(relaunch: dict | None) -> list[str]:
+    """The `relaunch:` line for a relaunch a kill interrupted (`journal.pending_change`), or none."""
+    if relaunch is None:
+        return []
+    written = "holds the new study" if relaunch["study_written"] else "does not hold the new study yet"
+    return [f"relaunch: a relaunch was interrupted ({journal.JOURNAL_FILE}): study.json {written}; runs whose "
+            f"spec.json is still to write: {_some(relaunch['specs_left'])}; runs it adds: "
+            f"{_some(relaunch['runs_added'])}; runs show the specs it gives them; launch the study again to "
+            "finish it"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -265,12 +288,13 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         warnings: dict[str, list[str]] = {}
         rows, counts = table(Path(args.study), args.verify, warnings)
+        relaunch = journal.pending_change(Path(args.study))
         if args.json:
-            print(as_json(Path(args.study), rows, counts, warnings))
+            print(as_json(Path(args.study), rows, counts, warnings, relaunch))
         else:
             print(render(rows))
             print(f"{len(rows)} runs: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
-            for line in study_note(Path(args.study)) + numerics_lines(Path(args.study), rows):
+            for line in study_note(Path(args.study)) + numerics_lines(Path(args.study), rows) + relaunch_lines(relaunch):
                 print(line)
         for row in rows:
             for warning in warnings.get(row[0], []):

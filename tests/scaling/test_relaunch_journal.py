@@ -147,3 +147,39 @@ def test_a_damaged_journal_or_one_naming_no_run_id_is_refused_before_anything_is
         assert proc.returncode == 2 and named in err and "delete it and relaunch" in err, err
         assert len(err.strip().splitlines()) == 1, err
     assert snapshot(tmp_path) == before
+
+
+def _status(env: dict, study: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "scaling.status", str(study), *args], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("point, written, left", [("relaunch-journalled", False, 1),
+                                                  ("relaunch-study-written", True, 1),
+                                                  ("relaunch-spec-written", True, 0)])
+def test_status_reports_an_interrupted_relaunch_as_it_stands_and_writes_nothing(point, written, left, tmp_path, env,
+                                                                                done):
+    """After a kill at each point of a suite change, `scaling.status` (a real process, text and
+    --json) says a relaunch is pending, whether study.json holds the new study yet and which
+    spec.json are still to write, shows the runs `trained` (their records are the old suite's),
+    and writes nothing; a damaged journal is one line naming the file and key, exit 2."""
+    from tests.test_bad_inputs import snapshot
+
+    study = tmp_path / "st"
+    shutil.copytree(done, study)
+    assert _launch(env, study, "--eval-suite", "cpu", fault=point).returncode == -9
+    before = snapshot(study)
+    text, as_json = _status(env, study), _status(env, study, "--json")
+    shown = "holds the new study" if written else "does not hold the new study yet"
+    assert text.returncode == 1 and f"(relaunch.json): study.json {shown}; " in text.stdout, text.stdout
+    assert f"runs whose spec.json is still to write: {left or 'none'}" in text.stdout
+    doc = json.loads(as_json.stdout)
+    assert doc["relaunch"]["study_written"] is written and len(doc["relaunch"]["specs_left"]) == left
+    assert doc["relaunch"]["runs_added"] == [] and {run["state"] for run in doc["runs"]} == {"trained"}
+    assert snapshot(study) == before
+    (study / journal.JOURNAL_FILE).write_text(json.dumps({"study": {"order": "x"}, "specs": {}}))
+    before = snapshot(study)
+    bad = _status(env, study)
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0, bad.stderr
+    assert "relaunch.json: study.order: 'x' must be a list; it holds a relaunch a kill interrupted" in bad.stderr
+    assert snapshot(study) == before
