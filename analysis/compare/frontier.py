@@ -48,6 +48,7 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import polars as pl
@@ -60,7 +61,22 @@ from analysis.compare.gap import COMPARED_METRICS, REFERENCE_FAMILY, REFERENCE_M
 from analysis.records.selection import DATA_METRICS
 from analysis.fit.stats import Q_HI, Q_LO
 
-ENTRY = ("family", "variant", "dataset", "split", "metric")
+class EntryKey(NamedTuple):
+    """What one frontier is: (family, variant, dataset, split, metric), a tuple in ENTRY order."""
+
+    family: str
+    variant: str
+    dataset: str
+    split: str
+    metric: str
+
+    @property
+    def data(self) -> tuple[str, str]:
+        """(dataset, split): where the frontier was measured."""
+        return self.dataset, self.split
+
+
+ENTRY = EntryKey._fields
 N_DRAWS = 2000
 K_DRAWS = 1000  # of those, the ones k's interval is read from (one interpolation per draw and family)
 APPROACH3_MAX_RESAMPLES = 200  # every resample is a full grid + polish solve
@@ -292,7 +308,7 @@ def _nd_lack_of_fit(ln_n: np.ndarray, ln_d: np.ndarray, y: np.ndarray, sse: floa
 class Entry:
     """One (family, variant, dataset, split, metric) frontier."""
 
-    key: tuple
+    key: EntryKey
     profiles: list[Profile]
     exponent: dict
     approach3: dict
@@ -300,6 +316,9 @@ class Entry:
     multipliers: list[dict] = field(default_factory=list)
     l_opt_exponent: dict = field(default_factory=dict)
     l_opt_draws: np.ndarray = field(default_factory=lambda: np.empty((N_DRAWS, 0)))  # [B, ok budgets]
+
+    def __post_init__(self):
+        self.key = EntryKey(*self.key)
 
     def to_json(self) -> dict:
         return {**dict(zip(ENTRY, self.key)), "n_opt_exponent": self.exponent, "l_opt_exponent": self.l_opt_exponent,
@@ -372,7 +391,7 @@ def _multipliers(ref: Entry, other: Entry, flops: str) -> list[dict]:
     return [{"loss": float(level), "k": math.exp(ln_k[j]),
              "ci95": [None if v is None else math.exp(v) for v in _ci(draws[:, j])],
              "extrapolated": bool(extrapolated), "reference": REFERENCE_FAMILY,
-             "reference_metric": ref.key[4]} for j, level in enumerate(levels)]
+             "reference_metric": ref.key.metric} for j, level in enumerate(levels)]
 
 
 def _points(frame: pl.DataFrame) -> pl.DataFrame:
@@ -382,9 +401,9 @@ def _points(frame: pl.DataFrame) -> pl.DataFrame:
             .sort("budget_flops", "n_params", "seed"))
 
 
-def entry_for(key: tuple, frame: pl.DataFrame, resamples: int, seed: int) -> Entry:
+def entry_for(key: EntryKey, frame: pl.DataFrame, resamples: int, seed: int) -> Entry:
     """Approach 2 and 3 for one entry's records."""
-    rng = np.random.default_rng([seed, zlib.crc32(repr(key).encode())])
+    rng = np.random.default_rng([seed, zlib.crc32(repr(tuple(key)).encode())])  # the plain tuple's repr: same draws
     pts = _points(frame)
     profiles = []
     for (budget,), part in pts.group_by(["budget_flops"], maintain_order=True):
@@ -423,14 +442,14 @@ def analyse(reported: pl.DataFrame, resamples: int, seed: int = 0) -> Frontier:
     planned = reported.filter(pl.col("budget_flops").is_not_null() & pl.col("m").is_null()
                               & pl.col("value").is_finite() & (pl.col("value") > 0)
                               & ~pl.col("metric").is_in(list(DATA_METRICS)))  # a property of the data: no frontier
-    entries = {tuple(k): entry_for(tuple(k), part, resamples, seed)
+    entries = {EntryKey(*k): entry_for(EntryKey(*k), part, resamples, seed)
                for k, part in sorted(planned.group_by(list(ENTRY)), key=lambda kv: tuple(map(str, kv[0])))}
     warnings = []
     for key, e in entries.items():
         # AR's exact likelihood is the reference for each compared metric (as for the per-size gaps)
-        ref_metric = REFERENCE_METRIC if key[4] in COMPARED_METRICS else key[4]
-        ref = entries.get((REFERENCE_FAMILY, *_ref_variant(entries, key), *key[2:4], ref_metric))
-        if ref is not None and key[0] != REFERENCE_FAMILY:
+        ref_metric = REFERENCE_METRIC if key.metric in COMPARED_METRICS else key.metric
+        ref = entries.get(EntryKey(REFERENCE_FAMILY, _ref_variant(entries, key), *key.data, ref_metric))
+        if ref is not None and key.family != REFERENCE_FAMILY:
             e.multipliers = multipliers(ref, e)
         warnings += [f"{'/'.join(map(str, key))}: isoFLOP minimum at C={p.budget_flops:.3g} lies outside its "
                      "sizes; widen the grid" for p in e.profiles if p.status == "edge"]
@@ -438,13 +457,13 @@ def analyse(reported: pl.DataFrame, resamples: int, seed: int = 0) -> Frontier:
     return Frontier(tuple(entries.values()), tuple(warnings))
 
 
-def _rule_warnings(key: tuple, e: Entry) -> list[str]:
+def _rule_warnings(key: EntryKey, e: Entry) -> list[str]:
     """The shared status rules' notes (analysis.fit.fitstatus) as report warnings: never a silent ok."""
     name = "/".join(map(str, key))
     out = [f"{name}: isoFLOP parabola at C={p.budget_flops:.3g}: {n}" for p in e.profiles for n in p.notes]
     return out + [f"{name}: Approach 3 ({e.approach3['status']}): {n}" for n in e.approach3.get("notes", [])]
 
 
-def _ref_variant(entries: dict, key: tuple) -> tuple:
-    variants = sorted({k[1] for k in entries if k[0] == REFERENCE_FAMILY and k[2:4] == key[2:4]})
-    return (variants[0],) if variants else ("",)
+def _ref_variant(entries: dict[EntryKey, Entry], key: EntryKey) -> str:
+    variants = sorted({k.variant for k in entries if k.family == REFERENCE_FAMILY and k.data == key.data})
+    return variants[0] if variants else ""

@@ -573,7 +573,7 @@ def predictions(front: frontier.Frontier, budgets: list[tuple[str, str, float]],
     out: dict[float, dict] = {}
     for family, variant, c in budgets:
         for e in front.entries:
-            if e.key[:2] == (family, variant) and e.key[4] == REFERENCE_METRIC:
+            if (e.key.family, e.key.variant) == (family, variant) and e.key.metric == REFERENCE_METRIC:
                 rng = np.random.default_rng([seed, int(math.log(c) * 1000)])
                 row = {**dict(zip(frontier.ENTRY, e.key)), **predict_at(e.profiles, c, rng)}
                 out.setdefault(c, {"budget_flops": c, "entries": []})["entries"].append(row)

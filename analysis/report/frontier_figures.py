@@ -112,12 +112,12 @@ def _frontier_tables(front: frontier.Frontier) -> list[Block]:
 
 
 def _figures(front: frontier.Frontier, unit: str = "nats/token") -> list[Block]:
-    shown = [e for e in front.entries if e.key[4] == FIGURE_METRIC]
+    shown = [e for e in front.entries if e.key.metric == FIGURE_METRIC]
     blocks = [sections.fig(f"isoflop_{atomic.safe_name(*e.key)}.png", isoflop_png(e, unit),
                            f"isoFLOP profiles {'/'.join(map(str, e.key))}: per-seed points, fitted parabolas, minima")
               for e in shown]
-    for split in sorted({e.key[3] for e in shown}):
-        part = [e for e in shown if e.key[3] == split]
+    for split in sorted({e.key.split for e in shown}):
+        part = [e for e in shown if e.key.split == split]
         blocks.append(sections.fig(f"l_opt_vs_c_{split}.png", l_opt_png(part, unit),
                                    f"L_opt vs training FLOPs C ({FIGURE_METRIC}, {split}; 95 % bands)"))
         if any(e.multipliers for e in part):
@@ -139,7 +139,7 @@ def isoflop_png(entry: frontier.Entry, unit: str = "nats/token") -> bytes:
             ax.plot(np.exp(x + centre), a + b * x + c * x * x, "-", lw=1, color=color)
         if math.isfinite(p.n_opt):
             ax.plot([p.n_opt], [p.l_opt], "*", ms=10, color=color, mec="k")
-    ax.set(xscale="log", xlabel="core non-embedding parameters N", ylabel=f"{entry.key[4]} ({unit})")
+    ax.set(xscale="log", xlabel="core non-embedding parameters N", ylabel=f"{entry.key.metric} ({unit})")
     log_ticks(ax, "x")
     _legend(ax)
     return _png(fig)
@@ -153,7 +153,7 @@ def l_opt_png(entries: list[frontier.Entry], unit: str = "nats/token") -> bytes:
         if not ok:
             continue
         cs = [p["budget_flops"] for p in ok]
-        line = ax.plot(cs, [p["l_opt"]["value"] for p in ok], "o-", ms=4, label=f"{e.key[0]}/{e.key[1]}")[0]
+        line = ax.plot(cs, [p["l_opt"]["value"] for p in ok], "o-", ms=4, label=f"{e.key.family}/{e.key.variant}")[0]
         lo = [p["l_opt"]["ci95"][0] for p in ok]
         hi = [p["l_opt"]["ci95"][1] for p in ok]
         if None not in lo + hi:
@@ -176,7 +176,7 @@ def k_png(entries: list[frontier.Entry], unit: str = "nats/token") -> bytes:
                         mfc="none" if k["extrapolated"] else None, color=f"C{entries.index(e)}")
         if charged:
             ax.plot([k["loss"] for k in charged], [k["k"] for k in charged], "-", lw=1,
-                    color=f"C{entries.index(e)}", label=f"{e.key[0]}/{e.key[1]} (charged FLOPs)")
+                    color=f"C{entries.index(e)}", label=f"{e.key.family}/{e.key.variant} (charged FLOPs)")
     ax.axhline(1.0, color="grey", lw=0.8, ls=":")
     ax.set(yscale="log", xlabel=f"matched loss ({unit})", ylabel="k = C_family / C_AR")
     log_ticks(ax, "y")

@@ -24,8 +24,8 @@ PREDICTIONS_DIR = "predictions"
 LEAD_METRICS = (REFERENCE_METRIC, *COMPARED_METRICS)
 
 
-def _name(key: tuple) -> str:
-    return f"{key[0]}/{key[1]} {key[4]}"
+def _name(key: frontier.EntryKey) -> str:
+    return f"{key.family}/{key.variant} {key.metric}"
 
 
 def bracketing(entry: frontier.Entry, p: frontier.Profile) -> str:
@@ -67,13 +67,13 @@ def exponent_sentence(e: frontier.Entry) -> str:
 
 def lead_entries(front: frontier.Frontier) -> list[frontier.Entry]:
     """The entries the lead shows: AR's nll_l2r and each family's compared metrics, reported splits."""
-    return [e for e in front.entries if e.key[4] in LEAD_METRICS and e.key[3] != "validation"]
+    return [e for e in front.entries if e.key.metric in LEAD_METRICS and e.key.split != "validation"]
 
 
 def sentences(front: frontier.Frontier, unit: str) -> list[str]:
     """The lead's bullets: k per family, then the exponents, then how many minima are bracketed."""
     shown = lead_entries(front)
-    out = [k_sentence(e, unit) for e in shown if e.key[0] != REFERENCE_FAMILY]
+    out = [k_sentence(e, unit) for e in shown if e.key.family != REFERENCE_FAMILY]
     out += [exponent_sentence(e) for e in shown]
     profiles = [bracketing(e, p) for e in shown for p in e.profiles]
     brk = sum(s.startswith("ok, bracketed") for s in profiles)
@@ -86,7 +86,7 @@ def sentences(front: frontier.Frontier, unit: str) -> list[str]:
 
 def budget_table(front: frontier.Frontier) -> Block:
     """L_opt and N_opt per budget with each profile's bracketing status."""
-    rows = [[_name(e.key), f"{e.key[2]}/{e.key[3]}", f"{p.budget_flops:.3g}", bracketing(e, p), str(p.n_points),
+    rows = [[_name(e.key), f"{e.key.dataset}/{e.key.split}", f"{p.budget_flops:.3g}", bracketing(e, p), str(p.n_points),
              interval(p.n_opt, *frontier._ci(p.n_opt_draws)), interval(p.l_opt, *frontier._ci(p.l_opt_draws))]
             for e in lead_entries(front) for p in e.profiles]
     return sections.table(["entry", "data", "C (FLOPs)", "status", "runs", "N_opt [95% CI]", "L_opt [95% CI]"], rows)
@@ -136,7 +136,7 @@ def heldout_rows(front: frontier.Frontier, predicted: list[dict]) -> list[list[s
     entries = {e.key: e for e in front.entries}
     rows = []
     for pr in predicted:
-        key = tuple(pr.get(k) for k in frontier.ENTRY)
+        key = frontier.EntryKey(*(pr.get(k) for k in frontier.ENTRY))
         e = entries.get(key)
         prof = next((p for p in e.profiles if math.isclose(p.budget_flops, pr["budget_flops"])), None) if e else None
         n_m, l_m = (prof.n_opt, prof.l_opt) if prof is not None and prof.status == "ok" else (math.nan, math.nan)

@@ -1,4 +1,5 @@
-"""Selection on validation and the frontier fits on planted (N, D) laws (analysis.records.selection/frontier)."""
+"""Selection on validation and the frontier fits on planted (N, D) laws (analysis.records.selection,
+analysis.compare.frontier)."""
 from __future__ import annotations
 
 import numpy as np
@@ -153,3 +154,10 @@ def test_an_any_order_frontier_is_matched_against_ars_exact_likelihood():
     (other,) = [e for e in front.entries if e.key[0] == "aogpt"]
     assert other.key[4] == "nll_anyorder" and len(other.multipliers) == frontier.N_LOSS_LEVELS * len(frontier.FLOP_COUNTS)
     assert all(k["reference_metric"] == "nll_l2r" and _inside(fs.MULTIPLIER, k["ci95"]) for k in other.multipliers)
+
+
+def test_an_entry_key_is_read_by_name_and_stays_the_plain_tuple():
+    entry = frontier.Entry(("mdm", "v", "owt", "test", "nll_elbo"), [], {}, {}, pl.DataFrame())
+    assert isinstance(entry.key, frontier.EntryKey) and frontier.EntryKey._fields == frontier.ENTRY
+    assert (entry.key.family, entry.key.data, entry.key.metric) == ("mdm", ("owt", "test"), "nll_elbo")
+    assert entry.key == ("mdm", "v", "owt", "test", "nll_elbo") and hash(entry.key) == hash(tuple(entry.key))
