@@ -242,3 +242,8 @@ def test_the_analysis_order_check_sees_an_upward_import():
     graph = {"analysis.records.read": {"analysis.report.render"}, "analysis.fit.fits": {"analysis.records.cells"},
              "analysis.fit_curves": {"analysis.report.summary"}}
     assert analysis_order_violations(graph) == ["analysis.records.read imports analysis.report.render"]
+
+
+def test_the_tests_mirror_the_analysis_layout():
+    for part in ANALYSIS_ORDER:
+        assert (REPO / "tests" / "analysis" / part / "__init__.py").exists(), f"tests/analysis/{part}/ is missing"

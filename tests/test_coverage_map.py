@@ -11,9 +11,9 @@ PRODUCT = ("analysis", "cli", "jobs", "models", "scaling")
 
 UNTESTED = {
     "analysis.compare.gap": "reached through analysis.fit_curves (the gap tables of report.md) in tests/analysis",
-    "analysis.records.values": "reached through analysis.fit_curves in tests/analysis/test_record_values.py",
+    "analysis.records.values": "reached through analysis.fit_curves in tests/analysis/records/test_record_values.py",
     "analysis.report.scope": "reached through analysis.fit_curves (which runs enter a fit) in tests/analysis",
-    "analysis.fit.varpro": "the power-law solver of analysis.fit.powerlaw, pinned by tests/analysis/test_powerlaw.py",
+    "analysis.fit.varpro": "the power-law solver of analysis.fit.powerlaw, pinned by tests/analysis/fit/test_powerlaw.py",
     "cli.durable": "fsync_dir: no observable result short of a power cut; run by every atomic write in the tests",
     "cli.errors": "the InputError and Busy types, imported by the tests through `cli`",
     "cli.outputs": "the output-folder markers, driven through the report and book commands in tests/test_bad_inputs.py",

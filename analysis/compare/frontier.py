@@ -23,7 +23,7 @@ values from the other splits). Per (family, variant, dataset, split, metric):
   OLS over the vertices, widened where the parabolas are noisier than the vertices' scatter shows
   (the larger scale with the smaller df: never narrower, so no selection on a small mean square).
   For L_opt the line in ln C also absorbs the frontier's curvature, which makes k's interval
-  conservative (tests/analysis/test_frontier_coverage.py). Fewer than 3 budgets leave no df for
+  conservative (tests/analysis/compare/test_frontier_coverage.py). Fewer than 3 budgets leave no df for
   the scatter: the value, no interval, and the reason.
 - Approach 3: L(N, D) = E + A·N^-α + B·D^-β by least squares on ln L (D = training tokens), solved
   by a grid over (α, β, E) with A, B linear, then polished (scipy least_squares). Its interval is

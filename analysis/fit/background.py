@@ -7,7 +7,7 @@ runs such a part in a fresh `python -m analysis.fit.background` process and retu
 polars' thread pool, and "spawn" re-imports the caller's main script, which would run an
 unguarded script's work twice. The part and its arguments travel as a pickle in a temporary
 folder, and so does the value. Every fit draws its resamples from its own (seed, key), so the
-value is the same wherever it is computed (tests/analysis/test_background.py).
+value is the same wherever it is computed (tests/analysis/fit/test_background.py).
 
 The child is used only when it can pay: at least MIN_RESAMPLES resamples (a fresh interpreter
 starts in ~1 s) and at least 2 usable cores. `AOSCALE_ANALYSIS_WORKERS=1` keeps everything in the

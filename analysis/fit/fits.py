@@ -46,7 +46,7 @@ METRIC_FORMS: dict[str, MetricForm] = {
 # statuses whose curve is drawn and enters the multipliers. `unstable` (over 5 % of resamples at a
 # bound, analysis.fit.fitstatus) is named but kept: dropping those fits would keep the data sets whose
 # intervals came out narrow, and coverage among the rest falls (87.5 % at the laptop's noise,
-# tests/analysis/test_calibration.py), while it holds over both (94-95 %).
+# tests/analysis/fit/test_calibration.py), while it holds over both (94-95 %).
 USABLE = ("ok", "reduced", "unstable")
 
 

@@ -9,7 +9,7 @@ misses the size means by more than seeds explain) is a named warning in the fit'
 report's warnings, not a status: every interval here already takes its scale from the residuals
 about the curve whenever they exceed the seed noise (scalefit's max(MS_between, MS_pure), the
 parabolas' residual t draws, Approach 3's residual bootstrap), so the misfit widens the interval
-rather than voiding it; tests/analysis/test_calibration.py measures 94-95 % coverage among `ok`
+rather than voiding it; tests/analysis/fit/test_calibration.py measures 94-95 % coverage among `ok`
 fits in designs whose sizes stray from the law by as much as the seeds do, where the test rejects
 in about a quarter of replicas. Statuses other than `ok` and `reduced` (saturated, at_bound, edge,
 ...) are the solver's and are kept, with the notes.

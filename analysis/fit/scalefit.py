@@ -39,7 +39,7 @@ coverage among the selected fits, 95-97 % over all). The within-size sum of squa
 independent of the size means (normal errors), and in the linearised model the curvature
 contrast the test reads is orthogonal to the residual contrast the scale reads, so selecting on
 the pure-error test leaves the intervals' scale untouched: 94-95 % coverage among `ok` fits at
-0.1 %, 0.25 % and 0.5 % noise (tests/analysis/test_calibration.py). Limits, stated: size-level
+0.1 %, 0.25 % and 0.5 % noise (tests/analysis/fit/test_calibration.py). Limits, stated: size-level
 deviations inflate the test's numerator, so it is a test that the curvature exceeds seed noise
 (it rejects E = 0 more often than 5 % when the truth is a pure power law and sizes scatter), and
 when that curvature is weak (seed noise ~2 %, power well below 1) the fits it selects have their

@@ -7,7 +7,7 @@ import statsmodels.api as sm
 from analysis.fit import fitstatus, scalefit
 from analysis.compare import frontier
 from tests.analysis import frontier_synth as fs
-from tests.analysis.test_calibration import X4, _planted
+from tests.analysis.fit.test_calibration import X4, _planted
 
 
 def test_more_than_5_percent_of_resamples_at_a_bound_is_unstable_never_ok():

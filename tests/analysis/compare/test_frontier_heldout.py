@@ -10,7 +10,7 @@ import pytest
 
 from analysis.compare import frontier, frontier_plan
 from tests.analysis import frontier_synth as fs
-from tests.analysis.test_frontier_coverage import NOMINAL, _covers, _tolerance
+from tests.analysis.compare.test_frontier_coverage import NOMINAL, _covers, _tolerance
 
 BUDGETS = (1e12, 3e12, 1e13)
 HELD_OUT = 3e13
