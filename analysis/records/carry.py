@@ -94,4 +94,4 @@ def study_note(study_dir: str | Path) -> list[str]:
     for family, lr in rules.table(f"{path}: settings.carry_lr", carry).items():
         rules.positive_number(f"{path}: settings.carry_lr.{family}", lr)
     shown = ", ".join(f"{family} {lr:g}" for family, lr in sorted(carry.items()))
-    return [f"lr carried from the swept budget to the others (scaling.launch --{FLAG}; analysis.carry): {shown}"]
+    return [f"lr carried from the swept budget to the others (scaling.launch --{FLAG}; analysis.records.carry): {shown}"]

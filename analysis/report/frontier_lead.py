@@ -161,7 +161,7 @@ def lead_blocks(front: frontier.Frontier, reported: pl.DataFrame, specs: pl.Data
     if rows:
         out += [sections.h("Held-out budgets: predicted before training, then measured", 3),
                 sections.p("Predicted from the frontier's lines in ln C over the budgets measured before (t(K-2) "
-                           "predictive intervals of a new vertex, analysis.frontier_plan); covered = the measured "
+                           "predictive intervals of a new vertex, analysis.compare.frontier_plan); covered = the measured "
                            "vertex lies inside the predicted interval."),
                 sections.table(["entry", "C (FLOPs)", "predicted N_opt", "measured N_opt", "covered",
                                 "predicted L_opt", "measured L_opt", "covered", "measured status"], rows)]

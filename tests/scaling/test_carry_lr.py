@@ -66,7 +66,7 @@ def test_carrying_sets_the_outer_budgets_lr_as_an_ordinary_run_field(tmp_path, c
     ledger.prepare(tmp_path, moved)
     shown = "aogpt 0.01, ar 0.003, mdm 0.001"
     assert study_note(tmp_path) == [f"lr carried from the swept budget to the others (scaling.launch "
-                                    f"--carry-lr-from; analysis.carry): {shown}"]  # a report note
+                                    f"--carry-lr-from; analysis.records.carry): {shown}"]  # a report note
     assert status.main([str(tmp_path)]) == 1 and capsys.readouterr().out.rstrip().endswith(shown)
     assert study_note(tmp_path / "elsewhere") == []
 
