@@ -22,7 +22,8 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from jobs.eval.evaluate import evaluate  # noqa: E402  (after the path insert)
+from jobs.data.suites import EvalSuite  # noqa: E402  (after the path insert)
+from jobs.eval.evaluate import evaluate  # noqa: E402
 from jobs.train.loop import train  # noqa: E402
 from scaling.study import build_study  # noqa: E402
 
@@ -47,11 +48,19 @@ def quickstart_runs(root: Path, steps: int, sizes: list[str]) -> list[tuple[str,
     return out
 
 
+def suite_arg(text: str) -> EvalSuite:
+    """argparse type: the suite, parsed once (its one-line refusal as argparse's error)."""
+    try:
+        return EvalSuite.parse(text, "--eval-suite")
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; prints a table."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--setting", action="append", default=[], help="evaluate() overrides, key=value,...")
-    p.add_argument("--suite", default="cpu")
+    p.add_argument("--eval-suite", "--suite", dest="eval_suite", type=suite_arg, default=EvalSuite("cpu"))
     p.add_argument("--steps", type=int, default=10, help="training steps per run (cost is independent)")
     p.add_argument("--rounds", type=int, default=1, help="timings per (run, setting); the minimum is kept")
     p.add_argument("--seeds", type=int, default=2, help="quickstart seeds (for the projected total)")
@@ -63,13 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("AOSCALE_CACHE", str(Path(tmp) / "cache"))
         runs = quickstart_runs(Path(tmp) / "runs", args.steps, args.sizes.split(","))
-        evaluate(runs[0][2], args.suite, **settings[0])  # token cache, unigram counts, allocator warm-up
+        evaluate(runs[0][2], args.eval_suite, **settings[0])  # token cache, unigram counts, allocator warm-up
         seconds = {}
         for _ in range(args.rounds):
             for family, size, run_dir in runs:
                 for i, setting in enumerate(settings):
                     wall, cpu = time.perf_counter(), time.process_time()
-                    evaluate(run_dir, args.suite, **setting)
+                    evaluate(run_dir, args.eval_suite, **setting)
                     took = (time.perf_counter() - wall, time.process_time() - cpu)
                     key = (family, size, i)
                     seconds[key] = min(seconds.get(key, took), took)
@@ -80,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                                                  for i in range(len(settings))))
     for i, setting in enumerate(settings):
         wall, cpu = (sum(seconds[(f, s, i)][j] for f, s, _ in runs) * args.seeds / args.parallel for j in (0, 1))
-        print(f"setting {i} ({args.suite} {setting or 'as is'}): quickstart evaluation ~{wall:.0f} s wall, "
+        print(f"setting {i} ({args.eval_suite} {setting or 'as is'}): quickstart evaluation ~{wall:.0f} s wall, "
               f"~{cpu:.0f} s of CPU per core ({args.seeds} seeds, {args.parallel} at a time)")
     return 0
 

@@ -9,6 +9,7 @@ from jobs.run.spec import RunSpec
 from jobs.train.loop import train
 from jobs.eval.evaluate import evaluate
 from jobs.eval.state import records_gap
+from jobs.data.suites import EvalSuite
 
 
 def execute_run(run_dir: str | Path, *, handle_signals: bool = False) -> str:
@@ -23,6 +24,7 @@ def execute_run(run_dir: str | Path, *, handle_signals: bool = False) -> str:
     spec = RunSpec.load(run_dir / SPEC_FILE)
     state = train(run_dir, spec, handle_signals=handle_signals)
     rank0 = rank() == 0
-    if state == "done" and rank0 and records_gap(run_dir, spec.eval_suite, spec.steps) is not None:
-        evaluate(run_dir, spec.eval_suite, fresh=True)
+    suite = EvalSuite.parse(spec.eval_suite)
+    if state == "done" and rank0 and records_gap(run_dir, suite, spec.steps) is not None:
+        evaluate(run_dir, suite, fresh=True)
     return state

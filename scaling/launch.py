@@ -73,7 +73,8 @@ def parser() -> argparse.ArgumentParser:
     add("--corpus", help="shakespeare, a local dataset (save_to_disk folder; file, folder or glob of "
                          "parquet/arrow/jsonl/txt) or a Hugging Face dataset name[:config]")
     add("--text-field", help="the corpus column holding the text (default text)")
-    add("--eval-suite", help="quick, paper, or SUITE:SET,SET (named zero-shot sets are required)")
+    add("--eval-suite", "--suite", dest="eval_suite",
+        help="quick, paper, or SUITE:SET,SET (named zero-shot sets are required); alias --suite")
     add("--seq-len", type=int_arg)
     add("--tokens", type=int_arg, help="training tokens per run (default tokens-per-param x params)")
     add("--tokens-per-param", type=numbers_arg, help="default 20 (Chinchilla); a list (4,8,16,32) runs each value at every size")

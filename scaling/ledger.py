@@ -18,6 +18,7 @@ from typing import Any
 
 from cli import InputError, rules, schema
 from cli.paths import special_kind, within
+from jobs.data.suites import DEFAULT_SUITE, EvalSuite
 from jobs.eval.state import records_gap
 from jobs.executors import lock_held
 from jobs.run import files as runfiles
@@ -227,9 +228,9 @@ def _records_gap(directory: Path, steps: int) -> str | None:
     relaunch gives it (scaling.journal) counts over its spec.json."""
     try:
         spec = journal.pending_spec(directory) or runfiles.read_json(directory / runfiles.SPEC_FILE, default={})
-        suite = str(spec.get("eval_suite", RunSpec.eval_suite))
-    except (OSError, ValueError, AttributeError):
-        suite = RunSpec.eval_suite
+        suite = EvalSuite.parse(spec.get("eval_suite", DEFAULT_SUITE))
+    except (OSError, ValueError, AttributeError):  # InputError too: a damaged spec.json
+        suite = DEFAULT_SUITE
     return records_gap(directory, suite, steps)
 
 

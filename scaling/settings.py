@@ -19,7 +19,7 @@ from cli import InputError, rules
 from jobs.train import ds_config
 from jobs.train.rules import check_field
 from jobs.run.spec import HASHED_FIELDS
-from jobs.data.suites import check_suite
+from jobs.data.suites import DEFAULT_SUITE, EvalSuite, check_suite
 from jobs.run.tracking import check_tracking
 from models.ladder import get_shape
 
@@ -190,7 +190,7 @@ class DataSettings:
     tokenizer: str
     corpus: str
     text_field: str = "text"
-    eval_suite: str = "quick"
+    eval_suite: EvalSuite = DEFAULT_SUITE
 
 
 @dataclass(frozen=True)
@@ -284,7 +284,7 @@ def load_settings(flags: dict[str, Any], toml: dict[str, Any] | None = None) -> 
         sizes=tuple(values["sizes"]), seeds=values.get("seeds", 1), arms=arms,
         judge=values.get("judge", "auto"),
         data=DataSettings(values["tokenizer"], values["corpus"], values.get("text_field", "text"),
-                          values.get("eval_suite", "quick")),
+                          EvalSuite.parse(values.get("eval_suite", DEFAULT_SUITE))),
         budget=budget, network=NetworkSettings(values.get("network", "gpt2"), float(values.get("ema", 0.0))),
         run=tuple(values.get("run", {}).items()), resources=tuple(values["resources"].items()),
         tracking=tuple(values.get("tracking", {}).items()), values=tuple(sorted(values.items())))

@@ -16,8 +16,7 @@ from typing import Any
 
 from cli import InputError
 from jobs.data.corpus import canonical_corpus, check_corpus
-from jobs.data.datasets import check_eval_suite, parse_eval_suite
-from jobs.data.suites import SUITES
+from jobs.data.datasets import check_eval_suite
 from jobs.data.tokenizers import get_encoding
 from jobs.run.spec import RunSpec, canonical_json
 from jobs.train import wsd_branch
@@ -176,8 +175,7 @@ def _judge(settings: StudySettings, network: dict) -> Cell | None:
     """The study's judge of generated samples: with `judge = "auto"` and a suite that generates, a
     dedicated AR run at the largest size with its own seed (one past the compared seeds), trained
     like the others and excluded from every fit and gap (role `judge`)."""
-    suite = parse_eval_suite(settings.data.eval_suite)[0]  # SUITE[:SET,SET], checked by its rule
-    if settings.judge != "auto" or not SUITES[suite].generate:
+    if settings.judge != "auto" or not settings.data.eval_suite.base.generate:
         return None
     arm = default_arm(JUDGE_FAMILY)
     largest = max(settings.sizes, key=lambda size: core_params(get_shape(size)))
@@ -213,7 +211,7 @@ def _cell(arm: Arm, options: dict, ema: float, size: str, seed: int, settings: S
     spec = RunSpec(
         family=arm.family, size=size, steps=plan.steps, lr=plan.lr, warmup_steps=plan.warmup_steps,
         model_options=options, tokenizer=data.tokenizer, corpus=canonical_corpus(data.corpus),
-        text_field=data.text_field, eval_suite=data.eval_suite, seq_len=budget.seq_len,
+        text_field=data.text_field, eval_suite=str(data.eval_suite), seq_len=budget.seq_len,
         batch_size=plan.batch_size, ema=ema, seed=seed, study=settings.name,
         variant=arm.label if role == "compared" else "judge", tracking=tracking, role=role,
         judge=judge, **{**dict(settings.run), **(run_fields or {})}, **dict(settings.resources),

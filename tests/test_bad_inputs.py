@@ -228,7 +228,7 @@ TRAIN_CASES = [
     T(["--engine", "deepspeed"], "engine", run_dir="ar", base=["--spec", "ar/spec.json"]),
 ]
 EVAL_CASES = [
-    E(["--suite", "huge"], "--suite"), E(["--k-mc", "0"], "--k-mc"), E(["--k-mc", "-2"], "--k-mc"),
+    E(["--suite", "huge"], "--eval-suite"), E(["--k-mc", "0"], "--k-mc"), E(["--k-mc", "-2"], "--k-mc"),
     E(["--m-max", "0"], "--m-max"), E(["--n-targets", "0"], "--n-targets"), E(["--val-chunks", "0"], "--val-chunks"),
     E(["--gen-samples", "0"], "--gen-samples"), E(["--max-chunks", "0"], "--max-chunks"),
     E(["--seq-len", "1"], "--seq-len"), E(["--seq-len", "100000"], "--seq-len"), E(["--weights", "ema"], "weights"),

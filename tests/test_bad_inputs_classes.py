@@ -272,8 +272,8 @@ FIELDS = [  # types, finiteness, ranges and enumerations, from flags, --set and 
     T(["--set", "tracking.wandb=maybe"], "tracking.wandb"),
     C("generate", ["--run-dir", "ar", "--n-samples", "2", "--seed", "-1"], "--seed"),
     C("generate", ["--run-dir", "ar", "--n-samples", "2", "--seed", str(2**63)], "--seed"),
-    C("evaluate", ["--run-dir", "ar", "--suite", "quick:"], "--suite"),
-    C("evaluate", ["--run-dir", "ar", "--suite", "cpu:,"], "--suite"),
+    C("evaluate", ["--run-dir", "ar", "--eval-suite", "quick:"], "--eval-suite"),
+    C("evaluate", ["--run-dir", "ar", "--suite", "cpu:,"], "--eval-suite"),
 ]
 UNKNOWN = [  # a key that is unknown or of the wrong kind is refused, never dropped
     T(["--set", 'model_options={"x":1}'], "model_options"), T(["--set", 'tracking={"mode":"x"}'], "tracking"),

@@ -22,7 +22,7 @@ import torch
 
 from cli.environment import hf_offline
 from jobs.data import corpus as data
-from jobs.data.suites import SUITES, parse_eval_suite  # noqa: F401 - parse_eval_suite: this module's API too
+from jobs.data.suites import EvalSuite
 
 
 @dataclass(frozen=True, eq=False)
@@ -194,16 +194,10 @@ def eval_documents(name: str, data_dir: str | Path | None = None) -> tuple[str, 
 # ---------------------------------------------------------------------------------------------
 # Evaluation suites as a study names them
 
-EVAL_SUITE_FORM = "quick, paper, or SUITE:SET,SET (e.g. paper:wikitext2,lambada; named sets are required)"
-
-
-def check_eval_suite(value: object, data_dir: str | Path | None = None) -> None:
-    """ValueError naming `eval_suite` unless the suite exists and every set it names by name
-    can be had now (from the data folder or the Hub)."""
-    suite, named = parse_eval_suite(value) if isinstance(value, str) else ("", None)
-    if suite not in SUITES or named == ():
-        raise ValueError(f"eval_suite: {value!r} is not a suite; choose {EVAL_SUITE_FORM}")
-    for name in named or ():
+def check_eval_suite(suite: EvalSuite, data_dir: str | Path | None = None) -> None:
+    """ValueError naming `eval_suite` unless every set the suite names by name can be had now
+    (from the data folder or the Hub); the suite itself was checked when it was parsed."""
+    for name in suite.sets:
         if name not in EVAL_SET_NAMES:
             raise ValueError(f"eval_suite: zero-shot set {name!r} is unknown; choose from "
                              f"{', '.join(EVAL_SET_NAMES)}")

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass, fields, replace
 
 from cli import rules
+from jobs.run.spec import RunSpec
 
 
 @dataclass(frozen=True)
@@ -82,24 +83,54 @@ SUITES: dict[str, Suite] = {
 }
 
 
-def parse_eval_suite(value: str) -> tuple[str, tuple[str, ...] | None]:
-    """`SUITE` or `SUITE:SET,SET` -> (suite, the named zero-shot sets or None)."""
-    suite, colon, names = value.partition(":")
-    return suite, tuple(n.strip() for n in names.split(",") if n.strip()) if colon else None
+@dataclass(frozen=True)
+class EvalSuite:
+    """A run's evaluation suite as a study names it: a suite of SUITES and, when the text names
+    them (`SUITE:SET,SET`), the zero-shot sets that replace the suite's own (and are required).
+
+    Parsed once where the text comes in (`parse`: a flag, a study file, a spec.json); everything
+    downstream reads the fields. `str()` gives the canonical text, the form spec.json keeps."""
+
+    name: str
+    sets: tuple[str, ...] = ()  # the named zero-shot sets; () = the suite's own
+
+    @classmethod
+    def parse(cls, text: object, field: str = "eval_suite") -> EvalSuite:
+        """`SUITE` or `SUITE:SET,SET` with a known suite and, after a colon, at least one set name;
+        cli.InputError naming `field` (one line, with the fix) otherwise. Whether each named set
+        can be had is jobs.data.datasets.check_eval_suite's."""
+        if isinstance(text, cls):
+            return text
+        name, colon, names = rules.text(field, text).partition(":")
+        if name not in SUITES:  # the whole text shown, sets and all
+            known = ", ".join(SUITES)
+            raise rules.fail(field, text, f"names suite {name!r}, which is not one of {known}" if colon
+                             else f"is not one of {known}")
+        sets = tuple(n.strip() for n in names.split(",") if n.strip())
+        if colon and not sets:
+            raise rules.fail(field, text, "names no zero-shot set after the colon",
+                             f"write {name} alone or {name}:SET,SET")
+        return cls(name, sets)
+
+    def __str__(self) -> str:
+        return f"{self.name}:{','.join(self.sets)}" if self.sets else self.name
+
+    @property
+    def base(self) -> Suite:
+        """The named suite as SUITES defines it (what it needs: generation, capabilities)."""
+        return SUITES[self.name]
+
+    @property
+    def suite(self) -> Suite:
+        """What this evaluates with: the named sets replace the suite's zero-shot sets."""
+        return replace(self.base, zero_shot=self.sets) if self.sets else self.base
 
 
-def resolve(value: str) -> Suite:
-    """The suite `SUITE[:SET,SET]` evaluates with: the named sets replace the suite's zero-shot sets."""
-    name, named = parse_eval_suite(value)
-    return replace(SUITES[name], zero_shot=named) if named else SUITES[name]
+# A run's default suite. Declared on its RunSpec field (jobs.run comes before jobs.data, so the
+# field cannot read this module); every other default reads this constant.
+DEFAULT_SUITE = EvalSuite.parse(RunSpec.eval_suite)
 
 
 def check_suite(field: str, value: object) -> str:
-    """`SUITE` or `SUITE:SET,SET` with a known suite and, after a colon, at least one set name
-    (cli.InputError naming `field` otherwise; whether each set can be had is jobs.data.datasets')."""
-    suite, colon, names = rules.text(field, value).partition(":")
-    rules.one_of(field, suite, SUITES)
-    if colon and not [n for n in names.split(",") if n.strip()]:
-        raise rules.fail(field, value, "names no zero-shot set after the colon",
-                         f"write {suite} alone or {suite}:SET,SET")
-    return value
+    """The rule of an `eval_suite` setting or spec field (EvalSuite.parse): its canonical text."""
+    return str(EvalSuite.parse(value, field))

@@ -1,6 +1,6 @@
 """Evaluate one run: likelihoods on its validation split and zero-shot sets, LAMBADA, infilling.
 
-`evaluate(run_dir, suite="quick") -> polars.DataFrame` writes `run_dir/eval.parquet` (records
+`evaluate(run_dir, suite=DEFAULT_SUITE) -> polars.DataFrame` writes `run_dir/eval.parquet` (records
 schema in jobs/records.py). Each family declares its metric groups (`FamilySpec.metrics`, in its
 module under models/families); this module computes each group (METRIC_ROWS):
   l2r            nll_l2r and bpb_l2r (exact; an MDM predicts x_k from x_<k with x_>=k masked)
@@ -15,7 +15,7 @@ All randomness derives from `--seed` (default EVAL_SEED) and the (dataset, metri
 rerun writes the same rows. The validation windows are spread uniformly over the whole split and
 are the same for every run of a study; each record's value is the mean of per-window values, kept
 in `run_dir/eval_windows.parquet`, and its `se` their standard error (jobs.eval.windows).
-CLI: `python -m jobs.evaluate --run-dir DIR [--suite quick|paper]`.
+CLI: `python -m jobs.evaluate --run-dir DIR [--eval-suite quick|paper|SUITE:SET,SET]` (alias `--suite`).
 """
 from __future__ import annotations
 
@@ -45,8 +45,8 @@ from models.sampling import Sampling
 from jobs.train.preflight import check_eval_dir
 from jobs.eval.records import record, run_context, to_frame, write_records
 from jobs.run.lock import holding
-from jobs.data.suites import Suite, resolve
-from jobs.data.datasets import EVAL_SET_NAMES, load_eval_set, load_lambada, parse_eval_suite, token_byte_lengths
+from jobs.data.suites import DEFAULT_SUITE, EvalSuite, Suite
+from jobs.data.datasets import EVAL_SET_NAMES, load_eval_set, load_lambada, token_byte_lengths
 from jobs.data import corpus as data
 from jobs.data.corpus import get_encoding
 from jobs.run.files import add_status_warning
@@ -54,9 +54,9 @@ from jobs.data.unigram import unigram_window_nll
 from jobs.data import heldout
 from jobs.eval.state import check_done
 from cli import rules
-from jobs.data.suites import check_suite
 from models import likelihood as lk
 
+SUITE_FLAG = "--eval-suite"  # as scaling.launch names it; `--suite` is its alias
 EVAL_SEED = 20240917  # any fixed number; recorded in every row as eval_seed
 LN2 = math.log(2.0)
 
@@ -101,19 +101,20 @@ def _positive(name: str, value) -> None:
     rules.positive_int(f"--{name.replace('_', '-')}", value)
 
 
-def make_settings(suite: str = "quick", **overrides) -> Settings:
+def make_settings(suite: EvalSuite | str = DEFAULT_SUITE, **overrides) -> Settings:
     """Suite `suite` with overrides (k_mc, m_max, n_targets, val_chunks, zero_shot, ...).
 
-    `suite` may name its zero-shot sets, `SUITE:SET,SET`: they replace the suite's and are required."""
-    named = parse_eval_suite(check_suite("--suite", suite))[1]
+    `suite` may name its zero-shot sets (`EvalSuite.sets`, `SUITE:SET,SET` as text, parsed here
+    for a caller that passes text): they replace the suite's and are required."""
+    suite = EvalSuite.parse(suite, SUITE_FLAG)
     outer = {k: overrides.pop(k) for k in ("seed", "weights", "seq_len", "data_dir") if k in overrides}
-    chosen = replace(resolve(suite), **{k: v for k, v in overrides.items() if v is not None})
+    chosen = replace(suite.suite, **{k: v for k, v in overrides.items() if v is not None})
     for name in ("val_chunks", "k_mc", "m_max", "n_targets", "ensemble_chunks", "gen_samples"):
         _positive(name, getattr(chosen, name))
     for name in chosen.zero_shot:
         if name not in EVAL_SET_NAMES:
             raise InputError(f"--datasets: unknown dataset {name!r}; choose from {list(EVAL_SET_NAMES)}")
-    return Settings(chosen, require_zero_shot=bool(named) or overrides.get("zero_shot") is not None,
+    return Settings(chosen, require_zero_shot=bool(suite.sets) or overrides.get("zero_shot") is not None,
                     **{k: v for k, v in outer.items() if v is not None})
 
 
@@ -340,7 +341,8 @@ def weight_kinds(spec, weights: str) -> tuple[str, ...]:
     return ("ema", "raw") if spec.ema > 0 else ("raw",)
 
 
-def evaluate(run_dir: str | Path, suite: str = "quick", fresh: bool = False, **overrides) -> pl.DataFrame:
+def evaluate(run_dir: str | Path, suite: EvalSuite | str = DEFAULT_SUITE, fresh: bool = False,
+             **overrides) -> pl.DataFrame:
     """Evaluate the run's checkpoint with a suite; writes and returns run_dir/eval.parquet's rows.
 
     Overrides: k_mc, m_max, n_targets, val_chunks, ensemble_chunks, zero_shot (names),
@@ -348,6 +350,7 @@ def evaluate(run_dir: str | Path, suite: str = "quick", fresh: bool = False, **o
     metrics, each dataset gets its `nll_unigram` baseline (a property of the data, weights null).
     Every row names `suite`; `fresh` drops the run's earlier records instead of merging into them.
     """
+    suite = EvalSuite.parse(suite, SUITE_FLAG)  # text from a caller: parsed once, here
     settings = make_settings(suite, **overrides)
     rows: list[dict] = []
     model, spec, info = load_run(run_dir, "raw" if settings.weights == "auto" else settings.weights)
@@ -362,7 +365,7 @@ def evaluate(run_dir: str | Path, suite: str = "quick", fresh: bool = False, **o
         if kind != info.weights:
             model, spec, info = load_run(run_dir, kind)
         ctx = {**run_context(spec, model.count_params(), model.flops_per_token(), info.step, info.weights),
-               "eval_seed": settings.seed, "suite": suite, "suite_hash": settings.suite.fingerprint,
+               "eval_seed": settings.seed, "suite": str(suite), "suite_hash": settings.suite.fingerprint,
                **settings.place.columns(), **record_columns(run_dir, model, settings.place)}
         rows += compute_rows(model, spec, datasets, ctx, settings, Path(run_dir), missing)
     rows += unigram_rows(spec, model.vocab_size, datasets, {**ctx, "weights": None})
@@ -426,7 +429,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The `python -m jobs.evaluate` argument parser."""
     p = Parser(prog="python -m jobs.evaluate", description="Evaluate one run's checkpoint.")
     p.add_argument("--run-dir", required=True)
-    p.add_argument("--suite", default="quick", help="quick | paper | SUITE:SET,SET (named sets required)")
+    p.add_argument(SUITE_FLAG, "--suite", dest="eval_suite", default=str(DEFAULT_SUITE),
+                   help=f"quick | paper | SUITE:SET,SET (named sets required; default {DEFAULT_SUITE})")
     p.add_argument("--k-mc", type=int_arg, help="MC draws per sequence (permutations / ELBO samples)")
     p.add_argument("--m-max", type=int_arg, help="largest ensemble size M (sweep 1, 2, 4, ..., M)")
     p.add_argument("--n-targets", type=int_arg, help="target slots scored per sequence when ensembling")
@@ -461,11 +465,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.max_chunks is not None:
             _positive("max_chunks", args.max_chunks)
         rules.seed("--seed", args.seed)
-        make_settings(args.suite, **overrides)  # every flag checked before the lock is taken
+        suite = EvalSuite.parse(args.eval_suite, SUITE_FLAG)
+        make_settings(suite, **overrides)  # every flag checked before the lock is taken
         check_eval_dir(Path(args.run_dir))
         partial = check_done(args.run_dir, args.allow_partial)
         with holding(args.run_dir):
-            frame = evaluate(args.run_dir, args.suite, **overrides)
+            frame = evaluate(args.run_dir, suite, **overrides)
         if partial:
             print(f"warning: {partial}", file=sys.stderr)
             add_status_warning(args.run_dir, partial)

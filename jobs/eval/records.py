@@ -26,7 +26,7 @@ number can be traced to how it was measured:
   epochs         passes over the training split by this step; unique_tokens: the distinct training
                  tokens those covered (expected, jobs.data.ledger)
   sweep_<name>   the value of each swept run setting (lr, warmup, batch_size, beta2, ...; scaling.sweep)
-  suite          the evaluation suite the row was measured with (jobs.evaluate --suite)
+  suite          the evaluation suite the row was measured with (jobs.evaluate --eval-suite)
   suite_hash     what that suite measured then (jobs.data.suites.Suite.fingerprint, with any overrides)
   run_steps      the steps the run was planned for: a row with step < run_steps scored a partial
                  checkpoint (jobs.evaluate --allow-partial), not the run's result

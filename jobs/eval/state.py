@@ -20,11 +20,11 @@ import polars as pl
 from cli import InputError
 from cli.record_checks import record_dtype_problem
 
-from jobs.data.suites import SUITES, resolve
+from jobs.data.suites import EvalSuite
 from jobs.eval.records import EVAL_FILE
 from jobs.run.files import read_status
 
-SUITE_COLUMN = "suite"  # the suite the rows were evaluated with (jobs.evaluate's --suite)
+SUITE_COLUMN = "suite"  # the suite the rows were evaluated with (jobs.evaluate's --eval-suite)
 HASH_COLUMN = "suite_hash"  # its fingerprint then (jobs.data.suites.Suite.fingerprint)
 
 
@@ -45,7 +45,7 @@ def read_stamp(path: Path) -> tuple[set[str], int | None, set[str]]:
     return values(SUITE_COLUMN), None if step is None else int(step), values(HASH_COLUMN)
 
 
-def records_gap(run_dir: str | Path, suite: str, steps: int) -> str | None:
+def records_gap(run_dir: str | Path, suite: EvalSuite, steps: int) -> str | None:
     """None when the run's records are those of `suite` at its final step `steps`; else one phrase
     saying what is missing (not evaluated, unreadable, another suite, a partial checkpoint)."""
     path = Path(run_dir) / EVAL_FILE
@@ -57,10 +57,9 @@ def records_gap(run_dir: str | Path, suite: str, steps: int) -> str | None:
         return f"{EVAL_FILE} breaks the records schema ({str(error).partition(': ')[2]})"
     except Exception as error:  # polars raises several types for a torn file
         return f"{EVAL_FILE} is unreadable (truncated or corrupt: {type(error).__name__})"
-    if suites and suites != {suite}:
+    if suites and suites != {str(suite)}:
         return f"records are for suite {', '.join(sorted(suites))}, the study's is now {suite}"
-    name = suite.partition(":")[0]
-    if hashes and name in SUITES and hashes != {resolve(suite).fingerprint}:
+    if hashes and hashes != {suite.suite.fingerprint}:
         return f"records are of an earlier definition of suite {suite} (or of overrides to it)"
     if step is None:
         return f"{EVAL_FILE} holds no records"

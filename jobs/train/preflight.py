@@ -31,11 +31,10 @@ import torch
 from cli import InputError
 from cli.environment import hf_offline, world_size
 from jobs.data import corpus as data
-from jobs.data.datasets import parse_eval_suite
 from jobs.train.rules import check_run_dir, validate
 from jobs.run.files import SPEC_FILE, checkpoint_steps
 from jobs.run.spec import RunSpec
-from jobs.data.suites import SUITES
+from jobs.data.suites import SUITES, EvalSuite
 from cli.paths import not_nested, user_path
 from jobs.train.rules import check_fields
 from jobs.run.files import NESTING_MARKERS, RUNS_DIR
@@ -71,13 +70,16 @@ def check_spec(spec: RunSpec) -> None:
 def check_capabilities(spec: RunSpec) -> None:
     """InputError naming `eval_suite` when the run's family lacks a capability its suite uses (e.g.
     a sampler for a suite that generates): refused before training, not failed after it."""
-    suite = parse_eval_suite(spec.eval_suite)[0]
-    if suite not in SUITES or spec.family not in FAMILIES:
-        return  # an unknown suite or family is the suite's or model_params' error
-    missing = [c for c in SUITES[suite].capabilities if c not in capabilities(FAMILIES[spec.family])]
+    try:
+        suite = EvalSuite.parse(spec.eval_suite)
+    except InputError:
+        return  # an unknown suite is its field rule's error
+    if spec.family not in FAMILIES:
+        return  # an unknown family is model_params' error
+    missing = [c for c in suite.base.capabilities if c not in capabilities(FAMILIES[spec.family])]
     if missing:
         able = [name for name, s in SUITES.items() if set(s.capabilities) <= set(capabilities(FAMILIES[spec.family]))]
-        raise InputError(f"eval_suite: suite {suite!r} needs `{missing[0]}`, which family {spec.family!r} does "
+        raise InputError(f"eval_suite: suite {suite.name!r} needs `{missing[0]}`, which family {spec.family!r} does "
                          f"not provide; choose a suite it supports ({', '.join(able) or 'none'}) or implement "
                          f"`{missing[0]}` in the family's module")
 

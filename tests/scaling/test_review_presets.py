@@ -72,9 +72,9 @@ def test_the_deconfounding_presets_sweep_3_lr_per_arm_and_report_on_test(name):
     for spec in compared:
         per_cell.setdefault((spec.family, spec.variant, spec.lr), set()).add(spec.seed)
     assert all(len(seeds) >= 3 for seeds in per_cell.values())
-    from jobs.data.suites import resolve
+    from jobs.data.suites import EvalSuite
 
-    assert resolve(PRESETS[name]()["eval_suite"]).test_split  # chosen on validation, reported on test
+    assert EvalSuite.parse(PRESETS[name]()["eval_suite"]).suite.test_split  # chosen on validation, reported on test
     assert max(_projected_min(study)) <= 60
 
 

@@ -311,12 +311,12 @@ def test_records_of_an_edited_suite_are_not_its_result_and_the_relaunch_evaluate
 def test_a_suite_fingerprint_moves_with_what_it_measures_only():
     from dataclasses import replace
 
-    from jobs.data.suites import resolve
+    from jobs.data.suites import EvalSuite
 
     cpu = SUITES["cpu"]
     assert cpu.fingerprint == "66804d8e867a"  # pinned: an edit to the cpu suite must be deliberate
     assert replace(cpu, gen_repeats=1, gen_steps=(64,)).fingerprint == cpu.fingerprint  # defaults add nothing
     assert replace(cpu, val_chunks=1024).fingerprint != cpu.fingerprint
     assert len({s.fingerprint for s in SUITES.values()}) == len(SUITES)
-    assert resolve("paper:wikitext2").fingerprint != SUITES["paper"].fingerprint
-    assert resolve("paper").fingerprint == SUITES["paper"].fingerprint
+    assert EvalSuite.parse("paper:wikitext2").suite.fingerprint != SUITES["paper"].fingerprint
+    assert EvalSuite.parse("paper").suite.fingerprint == SUITES["paper"].fingerprint

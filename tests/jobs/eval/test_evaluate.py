@@ -135,7 +135,7 @@ def test_an_ema_run_is_scored_with_both_weights(tmp_path):
 
 @pytest.mark.parametrize("args,field", [
     (["--k-mc", "0"], "--k-mc"), (["--m-max", "-1"], "--m-max"), (["--datasets", "nope"], "--datasets"),
-    (["--seq-len", "64"], "--seq-len"), (["--suite", "huge"], "--suite"),
+    (["--seq-len", "64"], "--seq-len"), (["--suite", "huge"], "--eval-suite"),
     (["--suite", "paper", "--gen-samples", "0"], "--gen-samples"),
 ])
 def test_bad_evaluate_input_exits_2_and_writes_nothing(runs, tmp_path, capsys, args, field):
