@@ -55,7 +55,7 @@ def _aogpt(factors: dict[str, Any], **changes: Any) -> Arm:
     return Arm("aogpt", options, ema, factors)
 
 
-# Quickstart (docs/results/quickstart.md, quickstart-tuning.md): AR, AO-GPT (adaLN, mix:0.1) and
+# Quickstart (docs/results/quickstart/, quickstart-tuning.md): AR, AO-GPT (adaLN, mix:0.1) and
 # MDLM at 2/48/2 and 0.1M (57k and 100k core parameters), 3 seeds, EMA off, rotary positions for
 # every family (network gpt2,pos=rope), 600 steps of 32 sequences x 32 bytes (614,400 tokens per
 # run), peak lr 3e-3 (the width rule's cap) after 60 warm-up steps. Three seeds because with two,
