@@ -1,5 +1,6 @@
 """One schema per file kind aoscale reads back, each a table of rules (`cli.rules`), read through
-`load_json` / `check` (JSON documents and lines) or `check_records` (record frames).
+`load_json` / `check` (JSON documents and lines); record frames are checked against RECORD_COLUMNS
+by cli.record_checks.
 
 A JSON kind maps each key to a rule and names its required keys; a damaged file is refused with
 one `cli.InputError` line `<file>: <key>: <value> <what was expected>; <fix>` (a nested key is
@@ -7,14 +8,14 @@ written `selection.chosen[2].sweep_lr`). Keys a kind does not name are left alon
 may add some). The kinds: `study.json` (STUDY), a run's `spec.json` as analysis reads it (SPEC),
 `status.json` (STATUS), a `metrics.ndjson` row (METRICS_ROW), a report's `fits.json` as
 `--carry-lr-from` and the results book read it (FITS), `book_run.json` (BOOK_RUN), a frontier
-round's plan `rounds/round-<n>.json` (ROUND), a study's pending `relaunch.json` (RELAUNCH: its
+round's plan `rounds/round-<n>.json` (ROUND), a held-out budget's `predictions/<budget>.json`
+(PREDICTIONS), a study's pending `relaunch.json` (RELAUNCH: its
 specs' keys are run ids, checked by `cli.paths.within`).
 
 Records (`eval.parquet`, and any records file given to `analysis.fit_curves`) are one table of
 columns, RECORD_COLUMNS: each column's kind (str, int, float), whether it may be null, and its
 range or its choices, the optional columns included; `sweep_<name>` and `factor_<name>` columns
-by their prefix. `record_dtype_problem` checks a file's column types (cheap: the parquet schema);
-`check_records` checks types, nulls, ranges and choices and names the first bad row.
+by their prefix (cli.record_checks reads frames against them).
 """
 from __future__ import annotations
 
@@ -192,6 +193,24 @@ ROUND = Kind("round file", {  # rounds/round-<n>.json: a frontier round's plan (
     fix="move it away and relaunch (python -m scaling.rounds plans that round again)")
 RELAUNCH = Kind("relaunch.json", {"study": nested(STUDY), "specs": table_of(string)}, required=("study", "specs"),
                 fix="it holds a relaunch a kill interrupted: delete it and relaunch")  # scaling.journal
+
+def _pair(field: str, value: Any) -> list:
+    """A 95 % interval: two numbers, or two nulls where none was computed."""
+    if not isinstance(value, list) or len(value) != 2:
+        raise rules.fail(field, value, "must be a list of two numbers (or nulls)")
+    return [optional(rules.number)(f"{field}[{i}]", v) for i, v in enumerate(value)]
+
+
+PREDICTED = Kind("a predicted value", {"value": optional(rules.number), "ci95": _pair}, required=("value", "ci95"))
+PREDICTION = Kind("a budget's prediction", {
+    "family": rules.text, "variant": string, "dataset": rules.text, "split": rules.text, "metric": rules.text,
+    "budget_flops": rules.positive_number, "n_opt": nested(PREDICTED), "l_opt": nested(PREDICTED)},
+    required=("family", "variant", "dataset", "split", "metric", "budget_flops", "n_opt", "l_opt"))
+PREDICTIONS = Kind("prediction file", {  # predictions/<budget>.json, written by scaling.rounds before it trains
+    "budget_flops": rules.positive_number, "entries": list_of(nested(PREDICTION))}, required=("entries",),
+    fix="it holds what was predicted before that budget trained: restore it, or move it away (the report then "
+        "shows no held-out check for that budget)")
+
 
 
 def read_text(path: Path, fix: str = "") -> str:

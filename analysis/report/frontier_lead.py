@@ -7,7 +7,6 @@ the per-size gaps; every number read off `analysis.compare.frontier`'s entries.
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from analysis.compare import frontier
 from analysis.report import sections
 from analysis.compare.gap import COMPARED_METRICS, REFERENCE_FAMILY, REFERENCE_METRIC
 from analysis.report.render import Block, interval, num
+from cli import schema
 
 SIDE_SHAPES = 2  # shapes each side of the vertex that make a minimum bracketed (frontier_plan's rule)
 PREDICTIONS_DIR = "predictions"
@@ -111,17 +111,12 @@ def lr_table(reported: pl.DataFrame, specs: pl.DataFrame | None) -> Block | None
 
 
 def read_predictions(study_dir: Path | None) -> list[dict]:
-    """Every entry of `<study>/predictions/*.json` (written before its budget trained)."""
+    """Every entry of `<study>/predictions/*.json` (written before its budget trained), each file
+    checked by cli.schema.PREDICTIONS: a damaged one is an InputError naming the file and key."""
     if study_dir is None or not (Path(study_dir) / PREDICTIONS_DIR).is_dir():
         return []
-    out = []
-    for path in sorted((Path(study_dir) / PREDICTIONS_DIR).glob("*.json")):
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        out += [e for e in doc.get("entries", []) if isinstance(e, dict)] if isinstance(doc, dict) else []
-    return out
+    return [entry for path in sorted((Path(study_dir) / PREDICTIONS_DIR).glob("*.json"))
+            for entry in schema.load_json(path, schema.PREDICTIONS)["entries"]]
 
 
 def _covered(predicted: dict, measured: float) -> str:

@@ -7,6 +7,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import json  # noqa: E402
+import re  # noqa: E402
+
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 import pytest  # noqa: E402
@@ -14,6 +17,7 @@ import pytest  # noqa: E402
 from analysis import fit_curves  # noqa: E402
 from analysis.compare import ablations, frontier, frontier_plan  # noqa: E402
 from analysis.report import figures, frontier_figures, frontier_lead  # noqa: E402
+from cli import InputError  # noqa: E402
 from tests.analysis import frontier_synth as fs  # noqa: E402
 
 BUDGETS = (1e12, 1e13, 1e14)
@@ -97,6 +101,25 @@ def test_the_held_out_table_says_whether_each_interval_covered():
     assert len(rows) == 1 and rows[0][1] == "1e+14" and rows[0][4] in ("yes", "no") and rows[0][8] == "ok"
     later = frontier_lead.heldout_rows(earlier, predicted)
     assert later[0][8] == "not trained yet" and later[0][4] == "n/a"
+
+
+def test_predictions_are_read_through_their_schema_and_a_damaged_file_is_named(tmp_path):
+    recs = fs.records(seed=3, seeds=1).filter(pl.col("split") == "test")
+    earlier = frontier.analyse(recs.filter(pl.col("budget_flops") < 1e14), 20)
+    doc = frontier_plan.predictions(earlier, [("ar", "v", 1e14)])[1e14]
+    path = tmp_path / frontier_lead.PREDICTIONS_DIR / "1e14.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(doc))
+    assert frontier_lead.read_predictions(tmp_path) == json.loads(json.dumps(doc["entries"]))
+    for damage, key in ((lambda e: e["n_opt"].update(ci95="x"), "entries[0].n_opt.ci95"),
+                        (lambda e: e.pop("family"), "entries[0].family is missing"),
+                        (lambda e: e.update(budget_flops=-1.0), "entries[0].budget_flops")):
+        bad = json.loads(json.dumps(doc))
+        damage(bad["entries"][0])
+        path.write_text(json.dumps(bad))
+        with pytest.raises(InputError, match=rf"1e14\.json: {re.escape(key)}.*move it away") as error:
+            frontier_lead.read_predictions(tmp_path)
+        assert "\n" not in str(error.value)
 
 
 def test_the_lr_table_gives_each_cell_the_lr_its_selected_runs_trained_at():
