@@ -34,8 +34,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from jobs.run.files import read_metrics  # noqa: E402
-from scaling.presets import QUICKSTART_STEPS  # noqa: E402
-from scaling.study import build_study  # noqa: E402
+from scaling.study.presets import QUICKSTART_STEPS  # noqa: E402
+from scaling.study.study_spec import build_study  # noqa: E402
 
 SETTINGS = ("off", "cold", "warm")
 

@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 from jobs.data.suites import EvalSuite  # noqa: E402  (after the path insert)
 from jobs.eval.evaluate import evaluate  # noqa: E402
 from jobs.train.loop import train  # noqa: E402
-from scaling.study import build_study  # noqa: E402
+from scaling.study.study_spec import build_study  # noqa: E402
 
 
 def parse_setting(text: str) -> dict[str, int]:

@@ -38,7 +38,7 @@ from jobs.run.allocator import keep_freed_memory  # noqa: E402
 from models import build_model, kernels  # noqa: E402
 from models import sampling as sm  # noqa: E402
 from networks import add_network_argument, checked_networks, differ_in_pos_only  # noqa: E402
-from scaling.arms import network_options  # noqa: E402
+from scaling.study.arms import network_options  # noqa: E402
 
 FAMILIES = ("ar", "aogpt", "mdm")
 TARGET_MDM_OVER_AOGPT = 40.0  # at T = n = 256 (issue 4)

@@ -52,12 +52,12 @@ def _start_time(run_dir: Path) -> float:
 
 
 def _one_run_study(root: Path, seed: int):
-    from scaling import ledger
-    from scaling.study import build_study
+    from scaling.run import study_ledger
+    from scaling.study.study_spec import build_study
 
     study = build_study({"sizes": "0.1M", "families": "ar", "seeds": seed + 1, "max_steps": 2, "seq_len": 32})
-    ledger.prepare(root, study)
-    return ledger.run_dir(root, study.run_ids[seed]), study.cells[seed].spec
+    study_ledger.prepare(root, study)
+    return study_ledger.run_dir(root, study.run_ids[seed]), study.cells[seed].spec
 
 
 def bench_overhead() -> None:

@@ -22,7 +22,7 @@ import torch
 from jobs.run.allocator import keep_freed_memory
 from models import build_model, kernels
 from networks import add_network_argument, checked_networks
-from scaling.arms import network_options
+from scaling.study.arms import network_options
 
 VARIANTS = {
     "ar": ("ar", {}),

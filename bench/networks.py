@@ -9,8 +9,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scaling.arms import network_name, network_options  # noqa: E402
-from scaling.presets import QUICKSTART_NETWORK  # noqa: E402
+from scaling.study.arms import network_name, network_options  # noqa: E402
+from scaling.study.presets import QUICKSTART_NETWORK  # noqa: E402
 
 
 def default_networks() -> list[str]:

@@ -125,7 +125,7 @@ SECTIONS: dict[str, Section] = {
          "vs-marginal error, not quality; quality is the judge's gen_ppl beside the samples' entropy (annealing "
          "lowers both).",
          "Times are one CPU thread at 32-byte contexts: the paper's 25x is a GPU figure at 1,024 tokens.")),
-    # issue 36's de-confounding designs (scaling/review_presets.py): each arm at its own lr, and EMA past
+    # issue 36's de-confounding designs (scaling/study/review_presets.py): each arm at its own lr, and EMA past
     # the step where the warm-up stops making 0.999 and 0.9999 one computation
     "pe-lr-cpu": Section(
         "Target-position injection, each arm at its own lr (Figures 6-7)",

@@ -43,7 +43,7 @@ from jobs.data.tokenizers import get_encoding
 from models import likelihood as lk
 from models.ladder import core_params, get_shape
 
-# Model options of each family's quickstart arm: its declared default arm (scaling.arms'
+# Model options of each family's quickstart arm: its declared default arm (scaling.study.arms'
 # DEFAULT_ARMS), EMA left to the study.
 FAMILY_OPTIONS = {name: dict(cls.SPEC.default_arm) for name, cls in models.FAMILIES.items()}
 # Projections use the speeds measured in this run as they are: an earlier reference of 14k tokens/s

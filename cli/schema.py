@@ -192,7 +192,7 @@ ROUND = Kind("round file", {  # rounds/round-<n>.json: a frontier round's plan (
     "checks": list_of(nested(ROUND_CHECK)), "predictions": list_of(string)}, required=("round", "cost_flops", "runs"),
     fix="move it away and relaunch (python -m scaling.rounds plans that round again)")
 RELAUNCH = Kind("relaunch.json", {"study": nested(STUDY), "specs": table_of(string)}, required=("study", "specs"),
-                fix="it holds a relaunch a kill interrupted: delete it and relaunch")  # scaling.journal
+                fix="it holds a relaunch a kill interrupted: delete it and relaunch")  # scaling.run.journal
 
 def _pair(field: str, value: Any) -> list:
     """A 95 % interval: two numbers, or two nulls where none was computed."""

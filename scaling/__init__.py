@@ -1,9 +1,8 @@
 """scaling: what to run (docs/DESIGN.md §3).
 
-Named studies and study files (`presets`, `study`: families × variants × sizes × seeds, with
-data, budget and engine), the arms of a study (`arms`), the run rules of each rung (`recipes`:
-tokens, batch, learning rate), the dry-run plan (`plan`), the checks before anything is written
-(`preflight`), the study directory as a ledger (`ledger`), the backends and the scheduler that
-submit runs, the `launch` and `status` commands, and `aoscale` (one command over every entry
-point: `aoscale launch | status | fit | train | evaluate | generate`).
+Three sub-packages, each importing only those before it: `study` (named studies and study files:
+presets, arms, run rules, sweeps, settings), `plan` (the dry-run plan and the checks before
+anything is written) and `run` (the study directory as a ledger, its journal, the backends and
+the scheduler that submit runs). The entry points stay here: `launch`, `status` and `rounds`
+(`python -m scaling.launch | status | rounds`); the `aoscale` command is `cli.aoscale`.
 """

@@ -4,7 +4,7 @@ With no flags it runs the `quickstart` preset into `studies/quickstart`. Each ru
 where it stopped), evaluates, and then the study is analysed into `<study>/report/`. Relaunching
 the same command is idempotent; `--dry-run` prints the plan and writes nothing.
 
-Backends (`--backend`, see scaling.backends): `local` (default) and `ray` block until the study is
+Backends (`--backend`, see scaling.run.backends): `local` (default) and `ray` block until the study is
 done; `slurm` submits the runs that are not done as one job array and returns at once (follow it
 with `python -m scaling.status <study>`; `--wait` waits and then writes the report).
 """
@@ -29,14 +29,15 @@ from jobs.executors import EXECUTORS, Executor, one_line
 from jobs.executors.local import visible_gpus
 from jobs.run.lock import exclusive
 
-from . import ledger, preflight
-from .backends import BACKENDS, add_flags, check_foreign_flags
-from .plan import format_plan, plan_rows, refusal, usable_cores
-from .scheduler import Scheduler, retry_allowance, submit_runs, to_submit
-from .presets import PRESETS
-from .settings import load_settings
-from .sweep import parse_sweep
-from .study import StudyError, StudySpec, build_study, load_toml
+from .plan import launch_checks
+from .plan.dry_run import format_plan, plan_rows, refusal, usable_cores
+from .run import study_ledger
+from .run.backends import BACKENDS, add_flags, check_foreign_flags
+from .run.scheduler import Scheduler, retry_allowance, submit_runs, to_submit
+from .study.presets import PRESETS
+from .study.settings import load_settings
+from .study.study_spec import StudyError, StudySpec, build_study, load_toml
+from .study.sweep import parse_sweep
 
 STUDIES_ROOT = Path("studies")
 MAX_RUNS = 5000  # a plan above this is refused (with its count) unless --max-runs allows it
@@ -133,7 +134,7 @@ def study_from_args(args: argparse.Namespace, world_size: int = 1) -> StudySpec:
 
 
 def setting_layers(args: argparse.Namespace, world_size: int = 1) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """The flags' settings and the `--spec` file's (scaling.settings.load_settings checks them)."""
+    """The flags' settings and the `--spec` file's (scaling.study.settings.load_settings checks them)."""
     flags: dict[str, Any] = {key: getattr(args, key) for key in FLAG_KEYS}
     engine = "deepspeed" if world_size > 1 else args.engine
     resources = {"engine": engine, ds_config.FIELD: args.deepspeed_config}
@@ -144,15 +145,15 @@ def setting_layers(args: argparse.Namespace, world_size: int = 1) -> tuple[dict[
         flags["tracking"] = {"wandb": True, **({"project": args.wandb} if isinstance(args.wandb, str) else {})}
     toml = None
     if args.spec:
-        preflight.check_spec_file(args.spec)
+        launch_checks.check_spec_file(args.spec)
         toml = load_toml(args.spec)
     return flags, toml
 
 
 def _check(args: argparse.Namespace) -> tuple[StudySpec, Path, Any]:
     """Validate everything (flags, study, every run, data, memory, study dir, backend options)
-    before anything is written; see scaling.preflight."""
-    preflight.check_flags(args, FLAG_KEYS)
+    before anything is written; see scaling.plan.launch_checks."""
+    launch_checks.check_flags(args, FLAG_KEYS)
     rules.at_least("--bootstrap", args.bootstrap, MIN_BOOTSTRAP)  # refused before training, report or not
     rules.at_most("--bootstrap", args.bootstrap, MAX_BOOTSTRAP, "more resamples narrow no interval and each needs memory")
     check_analysis_env()  # the report's worker count, refused before training rather than after it
@@ -170,19 +171,19 @@ def _check(args: argparse.Namespace) -> tuple[StudySpec, Path, Any]:
     world_size = backend.world_size(options)
     if world_size > 1:
         study = study_from_args(args, world_size)
-    study_dir = preflight.check_study_path(args.study_dir if args.study_dir else STUDIES_ROOT / study.name)
+    study_dir = launch_checks.check_study_path(args.study_dir if args.study_dir else STUDIES_ROOT / study.name)
     named = args.name is not None or bool(args.spec and "name" in load_toml(args.spec))
     check_carry(args, study)
-    extending = carries_into(args, study_dir) or ledger.widens(study_dir, study)
-    study = ledger.adopt_name(study_dir, study, named, extending)
-    ledger.check_study_dir(study_dir, study, extending)
-    preflight.check_study(study, study_dir)
+    extending = carries_into(args, study_dir) or study_ledger.widens(study_dir, study)
+    study = study_ledger.adopt_name(study_dir, study, named, extending)
+    study_ledger.check_study_dir(study_dir, study, extending)
+    launch_checks.check_study(study, study_dir)
     return study, study_dir, options
 
 
 def carries_into(args: argparse.Namespace, study_dir: Path) -> bool:
     """`--carry-lr-from` names the study's own directory: the carried plan extends that study
-    (its swept-budget runs are kept, the other budgets' runs added: scaling.ledger.extends)."""
+    (its swept-budget runs are kept, the other budgets' runs added: scaling.run.study_ledger.extends)."""
     source = getattr(args, "carry_lr_from", None)
     return bool(source) and Path(source).resolve() == Path(study_dir).resolve()
 
@@ -219,12 +220,12 @@ def launch(args: argparse.Namespace, study: StudySpec, study_dir: Path, options:
     """Train and evaluate every run, then write the report; 0 when every run is done.
 
     A detached backend (slurm) without `--wait` only submits and returns 0 (see `submit_only`)."""
-    ledger.prepare(study_dir, study, carries_into(args, study_dir) or ledger.widens(study_dir, study))
+    study_ledger.prepare(study_dir, study, carries_into(args, study_dir) or study_ledger.widens(study_dir, study))
     backend = BACKENDS[args.backend]
     if options is None:
         options = backend.options(args)
     executor = backend.executor(options, study_dir)
-    run_dirs = [ledger.run_dir(study_dir, r) for r in study.run_ids]
+    run_dirs = [study_ledger.run_dir(study_dir, r) for r in study.run_ids]
     attached = backend.attach(executor, run_dirs)
     if backend.detached and not args.wait:
         return submit_only(args, study, study_dir, executor, attached)
@@ -237,10 +238,10 @@ def launch(args: argparse.Namespace, study: StudySpec, study_dir: Path, options:
 def submit_only(args: argparse.Namespace, study: StudySpec, study_dir: Path, executor: Executor,
                 attached: dict[str, Any]) -> int:
     """Submit every run that is neither done, out of retries, queued nor running; return at once."""
-    views = [ledger.view(study_dir, r) for r in study.run_ids]
+    views = [study_ledger.view(study_dir, r) for r in study.run_ids]
     allowed = retry_allowance(views, args.max_retries, args.retry_failed)
     todo = [v.run_id for v in views if v.run_id not in attached and to_submit(v, allowed[v.run_id])]
-    handles = submit_runs(executor, [ledger.run_dir(study_dir, r) for r in todo])
+    handles = submit_runs(executor, [study_ledger.run_dir(study_dir, r) for r in todo])
     jobs = sorted({h.job_id.split("_")[0] for h in handles})
     counts = Counter(v.state for v in views if v.run_id not in todo and v.run_id not in attached)
     left = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
@@ -254,10 +255,10 @@ def finish(args: argparse.Namespace, study: StudySpec, study_dir: Path, final: d
     """Print the outcome and write the report; 0 when every run is done and the report written."""
     counts = Counter(final.values())
     print(f"study {study.name}: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
-    names = ledger.run_names(study_dir)
+    names = study_ledger.run_names(study_dir)
     for run_id, state in final.items():
         if state != "done":
-            print(f"  {names.get(run_id, run_id)} {state} ({run_id}): {ledger.view(study_dir, run_id).reason}")
+            print(f"  {names.get(run_id, run_id)} {state} ({run_id}): {study_ledger.view(study_dir, run_id).reason}")
     if "failed" in counts:
         print("  retry the failed runs: relaunch with --retry-failed")
     all_done = counts.get("done", 0) == len(final)
@@ -284,7 +285,7 @@ def judge_pass(study_dir: Path, run_ids: list[str]) -> None:
     from jobs.eval.generate import score_samples  # noqa: PLC0415 - needs torch; only after training
 
     for run_id in run_ids:
-        run_dir = ledger.run_dir(study_dir, run_id)
+        run_dir = study_ledger.run_dir(study_dir, run_id)
         if (run_dir / "samples.parquet").exists():
             try:
                 score_samples(run_dir)
@@ -297,7 +298,7 @@ def write_report(study_dir: Path, bootstrap: int) -> Path:
     the study's lock; a second launcher waits and then rewrites it from the same records)."""
     from analysis import fit_curves  # noqa: PLC0415 - imported only after training
 
-    with exclusive(study_dir / ledger.STUDY_LOCK):
+    with exclusive(study_dir / study_ledger.STUDY_LOCK):
         return fit_curves.run([study_dir], study_dir / "report", bootstrap=bootstrap, x="n_params", seed=0)
 
 
@@ -319,13 +320,13 @@ def _main(args: argparse.Namespace) -> int:
         print(format_plan(study, rows, usable_cores(), has_gpu))
         describe = BACKENDS[args.backend].describe
         if describe is not None:
-            todo = [r for r in study.run_ids if ledger.view(study_dir, r).state != "done"]
+            todo = [r for r in study.run_ids if study_ledger.view(study_dir, r).state != "done"]
             print(describe(options, study_dir, len(todo)))
         return 0
     why = None if (has_gpu or args.force or args.backend != "local") else refusal(study, rows, usable_cores())
     if why:
         raise InputError(why)
-    preflight.check_resources(study, memory=args.backend == "local" and not args.force)
+    launch_checks.check_resources(study, memory=args.backend == "local" and not args.force)
     if args.allow_numerics_change:  # the workers inherit it (local, slurm); jobs.run.numerics reads it
         os.environ[ALLOW_NUMERICS_CHANGE.name] = ALLOW_NUMERICS_CHANGE.on
     print(f"study {study.name}: {len(rows)} runs in {study_dir}", flush=True)

@@ -8,7 +8,7 @@ A round is written before it trains: first `predictions/<budget>.json` for every
 outside the measured range (N_opt and L_opt with 95 % predictive intervals; never overwritten, so
 the prediction stays the one made before the data), then `rounds/round-<n>.json` (atomically: its
 runs by run id, each with the criterion and the reason it was added, its checks and its cost).
-The study is extended in place (its runs kept, ids stable: scaling.ledger.extends), so a relaunch
+The study is extended in place (its runs kept, ids stable: scaling.run.study_ledger.extends), so a relaunch
 resumes an unfinished round instead of planning another, and nothing is trained twice. Once a
 round is recorded the study is no longer the preset's plan: resume it with this command (scaling.launch
 refuses it as another study); scaling.status and analysis.fit_curves read it as any study.
@@ -31,11 +31,11 @@ from models.ladder import core_params, get_shape, shape_for_params
 from analysis import DEFAULT_BOOTSTRAP, MIN_BOOTSTRAP
 from analysis.compare import frontier_plan
 
-from . import ledger
-from .plan import RUN_OVERHEAD_S, S_PER_HOUR, cpu_hours, usable_cores
-from .recipes import GPT3_WARMUP_TOKENS, Budget, schedule
-from .study import Cell, StudySpec
-from .sweep import SWEEP_PREFIX, family_fpt
+from .plan.dry_run import RUN_OVERHEAD_S, S_PER_HOUR, cpu_hours, usable_cores
+from .run import study_ledger
+from .study.recipes import GPT3_WARMUP_TOKENS, Budget, schedule
+from .study.study_spec import Cell, StudySpec
+from .study.sweep import SWEEP_PREFIX, family_fpt
 
 ROUNDS_DIR = "rounds"
 PREDICTIONS_DIR = "predictions"
@@ -62,7 +62,7 @@ def unfinished(study_dir: Path) -> dict | None:
     if not files:
         return None
     doc = read_round(files[-1])
-    left = [r["run_id"] for r in doc["runs"] if ledger.view(study_dir, r["run_id"]).state != DONE]
+    left = [r["run_id"] for r in doc["runs"] if study_ledger.view(study_dir, r["run_id"]).state != DONE]
     return doc if left else None
 
 
@@ -74,11 +74,11 @@ def budget_name(budget_flops: float) -> str:
 # ---- from planned runs to cells ---------------------------------------------------------------------
 def existing_study(study_dir: Path) -> StudySpec:
     """The study as its ledger holds it: study.json's settings and every run's spec.json."""
-    doc = ledger.read_study(study_dir)
+    doc = study_ledger.read_study(study_dir)
     if doc is None:
         raise InputError(f"rounds: {study_dir} holds no study.json; launch the study first "
                          "(python -m scaling.launch --preset frontier --study-dir ...)")
-    cells = tuple(Cell(ledger.load_spec(study_dir, r), tuple(sorted((doc["runs"][r].get("factors") or {}).items())), r)
+    cells = tuple(Cell(study_ledger.load_spec(study_dir, r), tuple(sorted((doc["runs"][r].get("factors") or {}).items())), r)
                   for r in doc["order"])
     return StudySpec(str(doc["name"]), tuple(sorted((doc.get("settings") or {}).items())), cells)
 
@@ -254,7 +254,7 @@ def _train(study_dir: Path, study: StudySpec, args: Any) -> int:
     """Extend the ledger by the round and train what is not done (scaling.launch's scheduler)."""
     from . import launch  # noqa: PLC0415 - the launcher's training path, only when training
 
-    ledger.prepare(study_dir, study, extending=True)
+    study_ledger.prepare(study_dir, study, extending=True)
     flags = ["--study-dir", str(study_dir), "--no-report", "--no-progress"]
     flags += ["--max-parallel", str(args.max_parallel)] if args.max_parallel else []
     return launch.launch(launch.parser().parse_args(flags), study, study_dir)
@@ -263,8 +263,8 @@ def _train(study_dir: Path, study: StudySpec, args: Any) -> int:
 def rounds(args: Any) -> int:
     """Plan, record and train rounds until every criterion holds or the cap (module doc)."""
     study_dir = Path(args.study)
-    if not (study_dir / ledger.STUDY_FILE).is_file():
-        raise InputError(f"study: {study_dir} holds no {ledger.STUDY_FILE}; launch the study first")
+    if not (study_dir / study_ledger.STUDY_FILE).is_file():
+        raise InputError(f"study: {study_dir} holds no {study_ledger.STUDY_FILE}; launch the study first")
     config = frontier_plan.PlanConfig(max_round_flops=args.max_round_flops)
     status = 0
     while True:

@@ -15,7 +15,7 @@ Each damaged or failed run also gets a `warning:` line under the table saying ho
 retry it (`--retry-failed`), as does a run the table cannot show as it should (its folder or
 spec.json missing or corrupt, a status.json rebuilt from its checkpoints).
 
-A relaunch a kill interrupted (its `relaunch.json` journal, scaling.journal) is reported, not
+A relaunch a kill interrupted (its `relaunch.json` journal, scaling.run.journal) is reported, not
 finished (status writes nothing): a `relaunch:` line says whether study.json holds the new study
 yet, which runs' spec.json are still to write and which runs it adds; the runs are shown with the
 specs it gives them, and the next launch of the study finishes it. A damaged journal is refused.
@@ -47,7 +47,7 @@ from jobs.run import numerics
 from jobs.run.files import METRICS_FILE, read_status
 from jobs.run.spec import RunSpec
 
-from . import journal, ledger
+from .run import journal, study_ledger
 
 TAIL_BYTES = 65_536  # enough for the last few dozen metric rows
 VERIFY_MAX_BYTES = 1 << 30  # final checkpoints up to 1 GiB are checksummed every time (--verify: all)
@@ -76,7 +76,7 @@ def last_train_row(run_dir: Path) -> dict[str, Any] | None:
     return None
 
 
-def eta_s(run: ledger.RunView, step_tokens: int, row: dict[str, Any] | None) -> float | None:
+def eta_s(run: study_ledger.RunView, step_tokens: int, row: dict[str, Any] | None) -> float | None:
     """Seconds left at the last logged throughput (None when unknown or finished)."""
     if row is None or run.state in ("done", "trained", "failed") or not row.get("tokens_per_s"):
         return None
@@ -93,7 +93,7 @@ def _duration(seconds: float | None) -> str:
 
 def _spec(study_dir: Path, run_id: str) -> RunSpec | None:
     try:
-        return ledger.load_spec(study_dir, run_id)
+        return study_ledger.load_spec(study_dir, run_id)
     except (OSError, ValueError, TypeError):
         return None
 
@@ -101,8 +101,8 @@ def _spec(study_dir: Path, run_id: str) -> RunSpec | None:
 def row_for(study_dir: Path, run_id: str, info: dict[str, Any], files: str = "ok") -> tuple[str, ...]:
     """One table row (a run whose spec.json is missing or corrupt shows what status.json says);
     `files` is the damage column (see `damage`)."""
-    run = ledger.view(study_dir, run_id)
-    directory = ledger.run_dir(study_dir, run_id)
+    run = study_ledger.view(study_dir, run_id)
+    directory = study_ledger.run_dir(study_dir, run_id)
     spec = _spec(study_dir, run_id)
     steps = run.steps or (spec.steps if spec else 0)
     metrics = last_train_row(directory)
@@ -128,7 +128,7 @@ def numerics_lines(study_dir: Path, rows: list[tuple[str, ...]]) -> list[str]:
     paths: dict[str, tuple[str, int]] = {}
     for row in rows:
         try:
-            found = numerics.segment_paths(ledger.run_dir(study_dir, row[0]))
+            found = numerics.segment_paths(study_ledger.run_dir(study_dir, row[0]))
         except InputError:
             continue
         for path in found:
@@ -159,7 +159,7 @@ def damage(study_dir: Path, run_id: str, verify_all: bool = False) -> tuple[str,
     """(the `files` column, one warning line per problem) of one run: a missing folder or
     spec.json, a rebuilt status.json, missing or corrupt checkpoints of a trained run, an
     unreadable eval.parquet, a failed run (how to retry it)."""
-    directory = ledger.run_dir(study_dir, run_id)
+    directory = study_ledger.run_dir(study_dir, run_id)
     if not directory.is_dir():
         return "run-missing", [f"run {run_id}: its folder {directory} is missing; relaunch the study to train it again"]
     tags, out = [], []
@@ -171,7 +171,7 @@ def damage(study_dir: Path, run_id: str, verify_all: bool = False) -> tuple[str,
     for tag, line in _checkpoint_damage(directory, run_id, status, verify_all) + _records_damage(directory, run_id):
         tags.append(tag)
         out.append(line)
-    run = ledger.view(study_dir, run_id)
+    run = study_ledger.view(study_dir, run_id)
     if run.state == "trained" and not {"eval-unreadable", "eval-schema"} & set(tags):
         out.append(f"run {run_id}: {run.reason}; relaunch the study to evaluate it (it is not trained again)")
     if status.get("state") == "failed":
@@ -224,7 +224,7 @@ def table(study_dir: Path, verify_all: bool = False,
           warnings: dict[str, list[str]] | None = None) -> tuple[list[tuple[str, ...]], Counter]:
     """Rows in launch order and the count of runs per state (plus `queue` for Slurm studies);
     each run's warning lines go into `warnings` when given."""
-    doc = ledger.read_study(study_dir)
+    doc = study_ledger.read_study(study_dir)
     if doc is None:
         raise InputError(f"study: {study_dir} holds no study.json; pass a study directory made by scaling.launch")
     found = {run_id: damage(study_dir, run_id, verify_all) for run_id in doc["order"]}

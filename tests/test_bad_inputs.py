@@ -22,8 +22,9 @@ from jobs.eval import evaluate
 from jobs.eval import generate
 from jobs.train import loop as train
 from jobs.run.spec import RunSpec
-from scaling import launch, ledger, status
-from scaling.study import build_study
+from scaling import launch, status
+from scaling.run import study_ledger
+from scaling.study.study_spec import build_study
 
 REPO = Path(__file__).resolve().parents[1]
 MAINS = {"train": train.main, "evaluate": evaluate.main, "generate": generate.main,
@@ -101,7 +102,7 @@ def _populate(root: Path) -> None:
     _toml_files(root)
     _records(root)
     study = build_study({"families": "ar", "sizes": "0.1M", "seeds": 1, "max_steps": 2, "seq_len": 32})
-    ledger.prepare(root / "study", study)
+    study_ledger.prepare(root / "study", study)
     (root / "bad_study").mkdir()
     (root / "bad_study" / "study.json").write_text("{not json")
 

@@ -21,8 +21,9 @@ from jobs.eval import evaluate
 from jobs.eval import generate
 from jobs.train import loop as train
 from jobs.run.spec import RunSpec
-from scaling import launch, ledger, status
-from scaling.study import build_study
+from scaling import launch, status
+from scaling.run import study_ledger
+from scaling.study.study_spec import build_study
 from tests.test_bad_inputs import assert_refused, snapshot, write_records
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -85,7 +86,7 @@ def _corpora(root: Path) -> None:
 
 def _studies(root: Path) -> None:
     study = build_study({"families": "ar", "sizes": "0.1M", "seeds": 1, "max_steps": 2, "seq_len": 32})
-    ledger.prepare(root / "study", study)
+    study_ledger.prepare(root / "study", study)
     documents = {"st_list": "[]", "st_str": '"hello"', "st_no_order": '{"name": "n"}',
                  "st_no_row": json.dumps({"format": 2, "hash": "h", "name": "n", "order": ["abc"], "runs": {}})}
     for name, text in documents.items():
@@ -103,7 +104,7 @@ BOOK_RUNS = {"trunc": '{"command": "x", "wall_s": 1', "list": "[1, 2]", "wall_st
 def _outputs(root: Path) -> None:
     """Marked reports (one inside a study), another records file, books' studies roots."""
     write_records(root / "records" / "other.parquet", seed=1)
-    ledger.prepare(root / "st2", build_study({"families": "ar", "sizes": "0.1M", "seeds": 1, "max_steps": 2,
+    study_ledger.prepare(root / "st2", build_study({"families": "ar", "sizes": "0.1M", "seeds": 1, "max_steps": 2,
                                               "seq_len": 32}))
     for out in ("rep", "st2/report"):
         fit_curves.run(["records/good.parquet"], out, bootstrap=10)
@@ -145,7 +146,7 @@ DAMAGE = {  # study folder -> (file under its one run, or under the study with "
 
 def _damage(root: Path, name: str, file: str, change) -> None:
     study = build_study({"families": "ar", "sizes": "0.1M", "seeds": 1, "max_steps": 2, "seq_len": 32})
-    ledger.prepare(root / name, study)
+    study_ledger.prepare(root / name, study)
     _evaluated(root / name)
     path = next((root / name / "runs").iterdir()) / file
     if change == "dir":

@@ -67,9 +67,9 @@ def test_the_checker_sees_violations():
 
 
 def test_the_run_rules_and_size_rules_import_no_torch():
-    """scaling.recipes and models.ladder plan studies without torch (models/__init__ loads its
+    """scaling.study.recipes and models.ladder plan studies without torch (models/__init__ loads its
     torch parts on first use), and the lazy names still resolve."""
-    code = ("import sys, scaling.recipes, models.ladder, models; bad = 'torch' in sys.modules; "
+    code = ("import sys, scaling.study.recipes, models.ladder, models; bad = 'torch' in sys.modules; "
             "assert models.build_model and models.FAMILIES['ar'] and models.EMA and 'torch' in sys.modules; "
             "sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
@@ -247,3 +247,33 @@ def test_the_analysis_order_check_sees_an_upward_import():
 def test_the_tests_mirror_the_analysis_layout():
     for part in ANALYSIS_ORDER:
         assert (REPO / "tests" / "analysis" / part / "__init__.py").exists(), f"tests/analysis/{part}/ is missing"
+
+
+# ---- the order inside scaling -----------------------------------------------------------------
+# study -> plan -> run: each sub-package of scaling imports only those before it (and itself); the
+# entry points (launch, status, rounds: `python -m scaling.launch` and the others) sit above them all, and no
+# sub-package imports an entry point.
+SCALING_ORDER = ("study", "plan", "run")
+SCALING_ENTRY_POINTS = {"launch", "status", "rounds"}
+
+
+def scaling_order_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Upward imports between scaling's sub-packages, and any import of an entry point from one."""
+    return order_violations(graph, "scaling", SCALING_ORDER)
+
+
+def test_scaling_subpackages_import_in_one_direction():
+    graph = import_graph(project_sources())
+    parts = {part_of(m, "scaling") for m in graph if part_of(m, "scaling")}
+    subpackages = {p for p in parts if (REPO / "scaling" / p / "__init__.py").exists()}
+    assert subpackages == set(SCALING_ORDER), "a scaling sub-package is not in SCALING_ORDER"
+    assert parts - subpackages == SCALING_ENTRY_POINTS, "scaling keeps its entry points at the top, nothing else"
+    bad = scaling_order_violations(graph)
+    assert not bad, "; ".join(bad)
+
+
+def test_the_scaling_order_check_sees_an_upward_import():
+    graph = {"scaling.study.sweep": {"scaling.run.journal"}, "scaling.run.scheduler": {"scaling.study.arms"},
+             "scaling.plan.dry_run": {"scaling.launch"}, "scaling.launch": {"scaling.run.scheduler"}}
+    assert scaling_order_violations(graph) == ["scaling.plan.dry_run imports scaling.launch",
+                                               "scaling.study.sweep imports scaling.run.journal"]

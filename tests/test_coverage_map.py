@@ -25,8 +25,8 @@ UNTESTED = {
     "jobs.train.__main__": "a 6-line `python -m` entry point forwarding to jobs.train.loop.main",
     "jobs.run.allocator": "imported by the child process that tests/jobs/run/test_allocator.py runs (a code string)",
     "models.families.sigma_gpt": "a 20-line alias of aogpt, built through models.build_model in tests/models",
-    "scaling.backends": "driven through scaling.launch --backend in tests/scaling/test_backends.py",
-    "scaling.preflight": "driven through scaling.launch in tests/scaling/test_launch*.py",
+    "scaling.run.backends": "driven through scaling.launch --backend in tests/scaling/test_backends.py",
+    "scaling.plan.launch_checks": "driven through scaling.launch in tests/scaling/test_launch*.py",
 }
 
 

@@ -1,4 +1,4 @@
-"""Compute-optimal frontiers of isoFLOP studies (scaling.sweep `budgets`) and the training-compute
+"""Compute-optimal frontiers of isoFLOP studies (scaling.study.sweep `budgets`) and the training-compute
 multiplier at matched loss.
 
 Input: the records `analysis.records.selection` keeps (best swept settings per cell chosen on validation,

@@ -1,6 +1,6 @@
 """Best-per-cell selection over swept run settings, on the validation split only.
 
-A study that sweeps run settings (scaling.sweep: `sweep_<name>` record columns) trains several
+A study that sweeps run settings (scaling.study.sweep: `sweep_<name>` record columns) trains several
 candidates per cell. A cell is (family, variant, dataset, metric, size, budget): the budget is
 the run's `budget_flops` when its plan set one, else the tokens its plan asked for
 (`plan_tokens`), else its tokens. Per cell and metric the candidate (one combination of swept

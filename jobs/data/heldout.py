@@ -1,6 +1,6 @@
 """A test split beside validation, held out by the validation split's own hash rule.
 
-Studies that choose settings on validation (scaling.sweep, analysis.records.selection) report another
+Studies that choose settings on validation (scaling.study.sweep, analysis.records.selection) report another
 split so that the choice cannot flatter what is reported. A corpus's validation split is cut into
 the non-overlapping `seq_len` windows evaluation scores; each window goes to `test` when
 blake2b-64 of its text falls below TEST_SHARE · 2^64 (`jobs.data.tokencache.is_held_out`, the rule that

@@ -61,11 +61,11 @@ SUITES: dict[str, Suite] = {
     # that, past the quickstart's 10 minutes.
     "cpu": Suite(val_chunks=4096, k_mc=2, m_max=4, n_targets=16, ensemble_chunks=256,
                  zero_shot=("wikitext2",), zero_shot_chunks=4),
-    # CPU infilling and generation (scaling/review_presets.py `infill-cpu`): the cpu suite plus
+    # CPU infilling and generation (scaling/study/review_presets.py `infill-cpu`): the cpu suite plus
     # 8-token middle spans and 16 samples per step count, judged by the study's AR judge run
     "cpu-gen": Suite(val_chunks=4096, k_mc=2, m_max=4, n_targets=16, ensemble_chunks=256,
                      zero_shot=("wikitext2",), zero_shot_chunks=4, infill_span=8, generate=True),
-    # speed at comparable quality (scaling/review_presets.py `infill-cpu`): cpu-gen's infilling, and
+    # speed at comparable quality (scaling/study/review_presets.py `infill-cpu`): cpu-gen's infilling, and
     # generation of the 32-byte context at matched step counts T = 32 / 16 / 8 (AO-GPT: 1 / 2 / 4
     # tokens per step), plain and annealed (temperature 0.7, top-p 0.95: the review's setting),
     # 3 repeats of 16 samples each; cpu-gen stays as it was, so its studies' records stay its own

@@ -25,7 +25,7 @@ number can be traced to how it was measured:
   plan_tokens    the tokens its plan asked for, before rounding to whole steps (null: a plain grid run)
   epochs         passes over the training split by this step; unique_tokens: the distinct training
                  tokens those covered (expected, jobs.data.ledger)
-  sweep_<name>   the value of each swept run setting (lr, warmup, batch_size, beta2, ...; scaling.sweep)
+  sweep_<name>   the value of each swept run setting (lr, warmup, batch_size, beta2, ...; scaling.study.sweep)
   suite          the evaluation suite the row was measured with (jobs.evaluate --eval-suite)
   suite_hash     what that suite measured then (jobs.data.suites.Suite.fingerprint, with any overrides)
   run_steps      the steps the run was planned for: a row with step < run_steps scored a partial
@@ -93,7 +93,7 @@ def factor_columns(spec) -> dict[str, str]:
 
 def plan_columns(spec) -> dict[str, Any]:
     """Where the study's plan put the run: budget_flops, plan_tokens (null when it set none) and
-    its `sweep_<name>` values, from the spec's tracking (scaling.sweep)."""
+    its `sweep_<name>` values, from the spec's tracking (scaling.study.sweep)."""
     tags = dict(spec.tracking)
     return {"budget_flops": tags.get("budget_flops"), "plan_tokens": tags.get("plan_tokens"),
             **{key: float(value) for key, value in tags.items() if key.startswith(SWEEP_PREFIX)}}

@@ -27,7 +27,7 @@ STATES = schema.STATES  # pending, running, done, failed, preempted
 STATUS_FILE = "status.json"
 METRICS_FILE = "metrics.ndjson"
 SPEC_FILE = "spec.json"
-STUDY_FILE = "study.json"  # a study directory's marker (scaling.ledger writes it)
+STUDY_FILE = "study.json"  # a study directory's marker (scaling.run.study_ledger writes it)
 RUNS_DIR = "runs"  # where a study keeps its run directories
 MANIFEST_FILE = "manifest.json"
 # What makes a folder a study's or a started run's (cli.paths.not_nested): a loose spec.json beside

@@ -1,6 +1,6 @@
 """Preflight: every check a run's inputs must pass before anything is written.
 
-`check_run(run_dir, spec)` is what `jobs.train` runs first, and `scaling.preflight` runs the
+`check_run(run_dir, spec)` is what `jobs.train` runs first, and `scaling.plan.launch_checks` runs the
 same checks over every run of a study before the launcher writes the study:
 
 - each field by its one rule and the rules between fields (`jobs.train.rules.validate`);

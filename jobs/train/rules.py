@@ -21,7 +21,7 @@ def _options(field: str, value: Any) -> Any:
     return value
 
 
-# Tags a study's plan puts on a run (scaling.sweep; record columns by jobs.eval.records.plan_columns),
+# Tags a study's plan puts on a run (scaling.study.sweep; record columns by jobs.eval.records.plan_columns),
 # beside the tracking keys and the factor_* and sweep_* levels.
 PLAN_TAGS = ("budget_flops", "plan_tokens", "branch_step")
 

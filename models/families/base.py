@@ -103,7 +103,7 @@ class FamilySpec:
     `metrics`: the likelihood metric groups evaluation reports for it (METRIC_GROUPS), in row
     order. `infill_context`: what its infilling conditions on (INFILL_CONTEXTS). `default_arm`:
     the formulation options of its default variant in a study (its label derives from them,
-    `scaling.arms.make_label`). `steps_are_length`: its sampler makes one step per token, so the
+    `scaling.study.arms.make_label`). `steps_are_length`: its sampler makes one step per token, so the
     step counts asked of generation do not apply (it runs `length` steps once).
     """
 

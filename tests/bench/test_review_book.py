@@ -25,7 +25,7 @@ def test_a_section_quotes_the_reports_numbers_with_intervals_and_n():
 
 
 def test_every_section_names_a_cpu_preset_and_unknown_presets_exit_2():
-    from scaling.review_presets import CPU_PRESETS
+    from scaling.study.review_presets import CPU_PRESETS
 
     assert set(review_book.SECTIONS) == set(CPU_PRESETS)  # the de-confounding designs included
     with pytest.raises(SystemExit) as exit_info:

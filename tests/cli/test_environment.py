@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from cli import environment
-from scaling import launch, ledger, status
-from scaling.study import build_study
+from scaling import launch, status
+from scaling.run import study_ledger
+from scaling.study.study_spec import build_study
 from tests.test_bad_inputs import assert_refused, snapshot
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,7 +60,7 @@ def ws(tmp_path, monkeypatch):
     for name, root in zip(("AOSCALE_CACHE", "HF_HOME", "HOME"), roots[1:]):
         monkeypatch.setenv(name, str(root))
     monkeypatch.chdir(roots[0])
-    ledger.prepare(roots[0] / "study", build_study({"families": "ar", "sizes": "0.1M", "max_steps": 2, "seq_len": 32}))
+    study_ledger.prepare(roots[0] / "study", build_study({"families": "ar", "sizes": "0.1M", "max_steps": 2, "seq_len": 32}))
     (roots[0] / "a_file").write_text("not a folder\n")
     return tuple(roots)
 

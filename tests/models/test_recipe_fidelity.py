@@ -13,7 +13,7 @@ from scipy import stats
 import models
 from jobs.run.spec import RunSpec
 from models.sampling import step_counts
-from scaling.arms import NETWORKS
+from scaling.study.arms import NETWORKS
 
 STD = 0.02
 TRUNC_STD = STD * math.sqrt(1 - 2 * 3 * stats.norm.pdf(3) / (stats.norm.cdf(3) - stats.norm.cdf(-3)))

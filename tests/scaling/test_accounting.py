@@ -1,4 +1,4 @@
-"""scaling.accounting: a family's parameters and FLOPs per token, counted on the meta device,
+"""scaling.study.accounting: a family's parameters and FLOPs per token, counted on the meta device,
 are those of the real model; known vocabularies need no tokenizer."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from jobs.data.tokenizers import get_encoding
 from models import build_model
-from scaling.accounting import VOCAB_SIZES, family_accounting, vocab_of
+from scaling.study.accounting import VOCAB_SIZES, family_accounting, vocab_of
 
 
 @pytest.mark.parametrize("family, options", [("ar", {}), ("mdm", {}), ("aogpt", {})])

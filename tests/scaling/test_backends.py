@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from jobs.run import files as runfiles
-from scaling import launch, ledger, status
-from scaling.study import build_study
+from scaling import launch, status
+from scaling.run import study_ledger
+from scaling.study.study_spec import build_study
 from tests.jobs.executors.cluster_runs import training_starts, wait_until
 from tests.jobs.executors.test_slurm import PROBLEM as SLURM_PROBLEM
 
@@ -155,7 +156,7 @@ def _table(out: str) -> list[dict[str, str]]:
 def test_status_shows_the_queue_column_only_for_slurm_studies_and_survives_without_slurm(tmp_path, capsys):
     study = tmp_path / "s"
     spec = build_study({"sizes": "0.1M", "seeds": 2, "families": "ar"})
-    ledger.prepare(study, spec)
+    study_ledger.prepare(study, spec)
     assert status.main([str(study)]) == 1
     assert "queue" not in capsys.readouterr().out.splitlines()[0].split()
     first = spec.run_ids[0]
@@ -195,10 +196,11 @@ def test_slurm_launch_submits_one_array_and_returns_then_wait_writes_the_report(
     assert "submitted 2 runs as job" in out
     # launch returned at submission: the jobs cannot all have trained yet (each starts a Python with
     # torch); read their states at once (a scaling.status process may start after tiny jobs finish)
-    states = [runfiles.read_status(ledger.run_dir(study, r)).get("state", "pending") for r in ledger.study_run_ids(study)]
+    states = [runfiles.read_status(study_ledger.run_dir(study, r)).get("state", "pending")
+              for r in study_ledger.study_run_ids(study)]
     assert not all(state == "done" for state in states), states
     jobs = json.loads((study / "logs" / "slurm" / "jobs.json").read_text())
-    assert sorted(jobs) == sorted(ledger.study_run_ids(study))
+    assert sorted(jobs) == sorted(study_ledger.study_run_ids(study))
     assert len({j.split("_")[0] for j in jobs.values()}) == 1 and all("_" in j for j in jobs.values())
 
     waiter = _launcher(study, *slurm, "--wait")  # waits on the queued array instead of resubmitting
@@ -207,7 +209,7 @@ def test_slurm_launch_submits_one_array_and_returns_then_wait_writes_the_report(
     assert f"report: {study / 'report' / 'report.md'}" in out
     assert json.loads((study / "logs" / "slurm" / "jobs.json").read_text()) == jobs
     for run_id in jobs:
-        assert training_starts(ledger.run_dir(study, run_id)) == [0]
+        assert training_starts(study_ledger.run_dir(study, run_id)) == [0]
     # the result is written just before the task exits; sacct catches up a moment later
     wait_until(lambda: {r["queue"] for r in _table(_status(study).stdout)} == {"COMPLETED"}, 30,
                "sacct to show the array COMPLETED")
@@ -224,13 +226,13 @@ def test_ray_launch_blocks_until_done_writes_the_report_and_relaunch_trains_noth
     out = _finish(first)
     assert first.returncode == 0, out
     assert f"report: {study / 'report' / 'report.md'}" in out
-    run_ids = ledger.study_run_ids(study)
-    assert {ledger.view(study, r).state for r in run_ids} == {"done"}
+    run_ids = study_ledger.study_run_ids(study)
+    assert {study_ledger.view(study, r).state for r in run_ids} == {"done"}
     experiment = json.loads((study / "ray" / "experiment.json").read_text())
-    assert sorted(experiment["runs"]) == sorted(str(ledger.run_dir(study, r).resolve()) for r in run_ids)
+    assert sorted(experiment["runs"]) == sorted(str(study_ledger.run_dir(study, r).resolve()) for r in run_ids)
     again = _launcher(study, *ray_flags)
     out = _finish(again)
     assert again.returncode == 0, out
     for run_id in run_ids:
-        assert training_starts(ledger.run_dir(study, run_id)) == [0]
-        assert ledger.view(study, run_id).attempts == 1
+        assert training_starts(study_ledger.run_dir(study, run_id)) == [0]
+        assert study_ledger.view(study, run_id).attempts == 1

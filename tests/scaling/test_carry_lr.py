@@ -1,5 +1,5 @@
 """The lr chosen at one swept budget carried to a study's other budgets (analysis.records.carry,
-scaling.sweep's carry_lr, `scaling.launch --carry-lr-from`): chosen on validation only, refused on
+scaling.study.sweep's carry_lr, `scaling.launch --carry-lr-from`): chosen on validation only, refused on
 an edge choice or a missing report, and carried as an ordinary run field."""
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from analysis.report import atomic, frontier_figures
 from analysis.records.carry import carried_lr, study_note
 from analysis.records.read import Inputs
 from cli import InputError
-from scaling import launch, ledger, status
-from scaling.presets import FRONTIER_BUDGETS
-from scaling.study import StudyError, build_study
+from scaling import launch, status
+from scaling.run import study_ledger
+from scaling.study.presets import FRONTIER_BUDGETS
+from scaling.study.study_spec import StudyError, build_study
 from tests.analysis import frontier_synth
 
 LRS = (1e-3, 3e-3, 1e-2, 3e-2)
@@ -63,7 +64,7 @@ def test_carrying_sets_the_outer_budgets_lr_as_an_ordinary_run_field(tmp_path, c
         else:
             assert new.spec.lr == {"aogpt": 1e-2, "mdm": 1e-3}[new.spec.family] and new.run_id != old.run_id
     assert dict(moved.settings)["carry_lr"] == {"ar": 3e-3, "aogpt": 1e-2, "mdm": 1e-3}  # in study.json
-    ledger.prepare(tmp_path, moved)
+    study_ledger.prepare(tmp_path, moved)
     shown = "aogpt 0.01, ar 0.003, mdm 0.001"
     assert study_note(tmp_path) == [f"lr carried from the swept budget to the others (scaling.launch "
                                     f"--carry-lr-from; analysis.records.carry): {shown}"]  # a report note
@@ -99,7 +100,7 @@ def test_carrying_into_the_swept_studys_own_directory_keeps_its_runs_and_adds_th
     stage 2 is idempotent, and a carry from another budget is refused."""
     first, first_dir, _ = launch._check(_args("--preset", "frontier", "--families", "ar,aogpt", "--budgets",
                                               f"{SWEPT:g}", "--study-dir", str(tmp_path / "s")))
-    ledger.prepare(first_dir, first)
+    study_ledger.prepare(first_dir, first)
     bonus = {("aogpt", "validation", 1e-2): -0.2, ("aogpt", "test", 1e-2): -0.2}
     _source(first_dir, bonus)  # stands in for stage 1's report (the planted choice: ar 3e-3, aogpt 1e-2)
     carry = ["--preset", "frontier", "--families", "ar,aogpt", "--carry-lr-from", str(first_dir),
@@ -109,8 +110,8 @@ def test_carrying_into_the_swept_studys_own_directory_keeps_its_runs_and_adds_th
     for cell in second.cells:
         if dict(cell.spec.tracking)["budget_flops"] != SWEPT:
             assert cell.spec.lr == {"ar": 3e-3, "aogpt": 1e-2}[cell.spec.family]
-    ledger.prepare(second_dir, second, extending=True)
-    assert ledger.read_study(second_dir)["hash"] == second.study_hash
+    study_ledger.prepare(second_dir, second, extending=True)
+    assert study_ledger.read_study(second_dir)["hash"] == second.study_hash
     assert launch._check(_args(*carry))[0].run_ids == second.run_ids  # the relaunch: same plan, same dir
     with pytest.raises(StudyError, match="holds a different study"):  # stage 1 again: not the dir's plan now
         launch._check(_args("--preset", "frontier", "--families", "ar,aogpt", "--budgets", f"{SWEPT:g}",

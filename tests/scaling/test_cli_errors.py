@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from scaling import launch, ledger
-from scaling.study import build_study
+from scaling import launch
+from scaling.run import study_ledger
+from scaling.study.study_spec import build_study
 
 
 def listing(root):
@@ -58,7 +59,7 @@ def test_malformed_toml_exits_2(tmp_path, monkeypatch, capsys):
 
 def test_study_dir_holding_a_different_study_exits_2(tmp_path, capsys):
     study_dir = tmp_path / "s"
-    ledger.prepare(study_dir, build_study({"sizes": "0.1M", "seeds": 1, "families": "ar"}))
+    study_ledger.prepare(study_dir, build_study({"sizes": "0.1M", "seeds": 1, "families": "ar"}))
     before = listing(tmp_path)
     code, _, err = run_cli(["--study-dir", str(study_dir), "--sizes", "0.1M", "--seeds", "2",
                             "--families", "ar"], capsys)

@@ -10,9 +10,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from scaling.plan import RUN_OVERHEAD_S, cpu_hours, gpu_hours, plan_rows
-from scaling.presets import FRONTIER_BUDGETS
-from scaling.study import build_study
+from scaling.plan.dry_run import RUN_OVERHEAD_S, cpu_hours, gpu_hours, plan_rows
+from scaling.study.presets import FRONTIER_BUDGETS
+from scaling.study.study_spec import build_study
 
 LAPTOP_PLATEAU = Path(__file__).parents[2] / "docs" / "results" / "laptop" / "tables" / "plateau.csv"
 

@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 
 from scaling import launch
-from scaling.plan import plan_rows
-from scaling.presets import PRESETS
+from scaling.plan.dry_run import plan_rows
+from scaling.study.presets import PRESETS
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "golden" / "all_run_ids.json"

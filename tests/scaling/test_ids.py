@@ -24,8 +24,9 @@ from jobs.run import files as runfiles
 from jobs.run.lock import RunLock
 from jobs.train import loop as train
 from jobs.train import wsd_branch
-from scaling import launch, ledger, status
-from scaling.study import build_study
+from scaling import launch, status
+from scaling.run import study_ledger
+from scaling.study.study_spec import build_study
 from tests.test_bad_inputs import assert_refused, snapshot
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,11 +67,11 @@ def ws(tmp_path_factory):
     out of the study."""
     root = tmp_path_factory.mktemp("ids")
     study = build_study(PLAIN)
-    ledger.prepare(root / "good", study)
+    study_ledger.prepare(root / "good", study)
     for name, (change, _) in BAD_STUDIES.items():
-        ledger.prepare(root / name, study)
+        study_ledger.prepare(root / name, study)
         _edit(root / name, change)
-    ledger.prepare(root / "link", study)
+    study_ledger.prepare(root / "link", study)
     (root / "outside").mkdir()
     run = root / "link" / "runs" / study.run_ids[0]
     (run / "spec.json").unlink()
@@ -91,10 +92,10 @@ def test_a_bad_id_in_study_json_is_refused_in_one_line_naming_the_key(ws, main, 
 
 
 def test_run_dir_is_the_one_place_a_run_id_becomes_a_path(ws):
-    assert ledger.run_dir(ws / "good", "abc123") == ws / "good" / "runs" / "abc123"
+    assert study_ledger.run_dir(ws / "good", "abc123") == ws / "good" / "runs" / "abc123"
     for bad in ("../x", "/etc", "..", "", "a/b", "x\n"):
         with pytest.raises(InputError, match="run_id: "):
-            ledger.run_dir(ws / "good", bad)
+            study_ledger.run_dir(ws / "good", bad)
 
 
 @pytest.mark.parametrize("toml, field", [
@@ -124,14 +125,14 @@ def branched(tmp_path, monkeypatch):
     monkeypatch.setenv("AOSCALE_CACHE", str(tmp_path / "cache"))
     (tmp_path / "b.toml").write_text(BRANCHED)
     study, study_dir, _ = launch._check(launch.parser().parse_args(["--spec", "b.toml", "--study-dir", "st"]))
-    ledger.prepare(study_dir, study)
+    study_ledger.prepare(study_dir, study)
     (trunk, _), (branch, spec) = [(c.run_id, c.spec) for c in study.cells]
     assert spec.branch_from == trunk and spec.branch_step == 5
     return study_dir.resolve(), trunk, branch
 
 
 def _spec(study_dir: Path, run_id: str):
-    return ledger.load_spec(study_dir, run_id)
+    return study_ledger.load_spec(study_dir, run_id)
 
 
 @pytest.mark.parametrize("trunk_state, message", [

@@ -9,9 +9,10 @@ import pytest
 
 from analysis import DEFAULT_BOOTSTRAP, fit_curves
 from jobs.run import files as runfiles
-from scaling import launch, ledger, status
-from scaling.presets import PRESETS
-from scaling.study import build_study
+from scaling import launch, status
+from scaling.run import study_ledger
+from scaling.study.presets import PRESETS
+from scaling.study.study_spec import build_study
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.toml"))
@@ -39,7 +40,7 @@ def test_every_example_dry_runs_and_writes_nothing(path, tmp_path, monkeypatch, 
 
 
 def test_the_quickstart_example_is_the_quickstart_preset():
-    from scaling.study import load_toml
+    from scaling.study.study_spec import load_toml
 
     example = build_study({}, load_toml(REPO / "examples" / "quickstart.toml"))
     preset = build_study({"preset": "quickstart"})
@@ -49,9 +50,9 @@ def test_the_quickstart_example_is_the_quickstart_preset():
 def test_status_json_gives_every_run_with_typed_fields_and_the_counts(tmp_path, capsys):
     study_dir = tmp_path / "s"
     spec = build_study({"sizes": "0.1M", "seeds": 2, "families": "ar"})
-    ledger.prepare(study_dir, spec)
+    study_ledger.prepare(study_dir, spec)
     first = spec.run_ids[0]
-    runfiles.write_status(ledger.run_dir(study_dir, first), "done")  # trained, but no records yet
+    runfiles.write_status(study_ledger.run_dir(study_dir, first), "done")  # trained, but no records yet
     assert status.main([str(study_dir), "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
     assert doc["counts"] == {"pending": 1, "trained": 1}

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from jobs.executors import BUSY, RunLock, lock_held, run_exclusive
-from scaling import ledger, status
+from scaling import status
+from scaling.run import study_ledger
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = ["--sizes", "0.1M", "--families", "ar,mdm", "--seeds", "2", "--seq-len", "32", "--no-progress", "--no-report"]
@@ -36,8 +37,8 @@ def starts(run_dir: Path) -> list[dict]:
     return [row for row in rows if row.get("kind") == "start"]
 
 
-def views(study_dir: Path) -> dict[str, ledger.RunView]:
-    return {run_id: ledger.view(study_dir, run_id) for run_id in ledger.study_run_ids(study_dir)}
+def views(study_dir: Path) -> dict[str, study_ledger.RunView]:
+    return {run_id: study_ledger.view(study_dir, run_id) for run_id in study_ledger.study_run_ids(study_dir)}
 
 
 def wait_for(predicate, timeout_s: float = TIMEOUT_S) -> None:
@@ -57,14 +58,14 @@ def test_relaunch_after_sigkill_finishes_with_no_run_trained_twice(tmp_path):
     first.send_signal(signal.SIGKILL)
     first.wait()
     # the worker dies with its launcher and releases the run's lock
-    wait_for(lambda: not any(lock_held(ledger.run_dir(study, r)) for r in views(study)), 60)
+    wait_for(lambda: not any(lock_held(study_ledger.run_dir(study, r)) for r in views(study)), 60)
     second = launcher(study, *SMALL, "--max-steps", "40", "--max-parallel", "1")
     out, _ = second.communicate(timeout=TIMEOUT_S)
     assert second.returncode == 0, out
     final = views(study)
     assert {v.state for v in final.values()} == {"done"}
     for run_id in done_before:
-        assert final[run_id].attempts == 1 and len(starts(ledger.run_dir(study, run_id))) == 1
+        assert final[run_id].attempts == 1 and len(starts(study_ledger.run_dir(study, run_id))) == 1
     assert sum(v.attempts for v in final.values()) <= len(final) + 1  # one interrupted run resumed
     assert status.main([str(study)]) == 0
 
@@ -79,7 +80,7 @@ def test_two_concurrent_launches_train_every_run_exactly_once(tmp_path):
     final = views(study)
     assert len(final) == 4 and {v.state for v in final.values()} == {"done"}
     for run_id, view in final.items():
-        assert view.attempts == 1 and len(starts(ledger.run_dir(study, run_id))) == 1, run_id
+        assert view.attempts == 1 and len(starts(study_ledger.run_dir(study, run_id))) == 1, run_id
 
 
 def test_failed_runs_are_retried_then_left_failed_with_their_reason(tmp_path, capsys, monkeypatch):
@@ -117,12 +118,12 @@ def test_a_worker_that_dies_before_writing_anything_is_counted_and_retried_once(
     import threading
 
     from jobs.executors.local import LocalExecutor
-    from scaling.scheduler import Scheduler
-    from scaling.study import build_study
+    from scaling.run.scheduler import Scheduler
+    from scaling.study.study_spec import build_study
 
     study_dir = tmp_path / "study"
     study = build_study({"sizes": ["0.1M"], "families": ["ar"], "seeds": 1})
-    ledger.prepare(study_dir, study)
+    study_ledger.prepare(study_dir, study)
     scheduler = Scheduler(study_dir, study.run_ids, LocalExecutor(python="false"), max_retries=1,
                           progress=False)
     result: dict = {}
@@ -132,7 +133,7 @@ def test_a_worker_that_dies_before_writing_anything_is_counted_and_retried_once(
     assert not thread.is_alive(), "the scheduler kept retrying a run that always crashes"
     (run_id,) = study.run_ids
     assert result == {run_id: "failed"}
-    view = ledger.view(study_dir, run_id)
+    view = study_ledger.view(study_dir, run_id)
     assert view.failures == 2 and "exited with status 1" in view.reason
     line = capsys.readouterr().err.strip().splitlines()[-1]  # the completion line names the run
     assert line.startswith(f"[1/1] ar base 0.1M s0 failed ({run_id}): ") and "exited with status 1" in line
@@ -141,14 +142,14 @@ def test_a_worker_that_dies_before_writing_anything_is_counted_and_retried_once(
 def test_completion_lines_name_each_run_by_family_variant_size_and_seed(tmp_path, capsys):
     from jobs.run import files as runfiles
     from jobs.executors.local import LocalExecutor
-    from scaling.scheduler import Scheduler
-    from scaling.study import build_study
+    from scaling.run.scheduler import Scheduler
+    from scaling.study.study_spec import build_study
 
     study_dir = tmp_path / "study"
     study = build_study({"sizes": ["0.1M"], "families": ["ar", "mdm"], "seeds": 2})
-    ledger.prepare(study_dir, study)
+    study_ledger.prepare(study_dir, study)
     for run_id in study.run_ids:  # trained, never evaluated: the scheduler reports them as such
-        runfiles.write_status(ledger.run_dir(study_dir, run_id), "done")
+        runfiles.write_status(study_ledger.run_dir(study_dir, run_id), "done")
     Scheduler(study_dir, study.run_ids, LocalExecutor(python="false"), progress=False).run()
     lines = capsys.readouterr().err.strip().splitlines()
     names = dict(zip(study.run_ids, ["ar base 0.1M s0", "mdm mdlm 0.1M s0", "ar base 0.1M s1", "mdm mdlm 0.1M s1"]))
@@ -191,7 +192,7 @@ def test_quickstart_end_to_end_writes_the_report(tmp_path):
     assert "18 of 18 runs are on the unigram plateau" in report  # 2 steps: nothing learned, and the summary says so
     final = views(study)
     assert len(final) == 18 and {v.state for v in final.values()} == {"done"}
-    assert all((ledger.run_dir(study, r) / "eval.parquet").exists() for r in final)
+    assert all((study_ledger.run_dir(study, r) / "eval.parquet").exists() for r in final)
     # relaunching is a no-op: nothing is trained again
     again = launcher(study, "--preset", "quickstart", "--max-steps", "2", "--no-progress", "--no-report")
     assert again.wait(TIMEOUT_S) == 0

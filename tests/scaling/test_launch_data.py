@@ -11,7 +11,8 @@ import pytest
 
 from jobs.data import corpus as data
 from jobs.data.suites import SUITES
-from scaling import launch, ledger
+from scaling import launch
+from scaling.run import study_ledger
 from tests.jobs.data.test_tokencache import parquet_corpus, save_to_disk_corpus
 
 pytest.importorskip("datasets")
@@ -33,7 +34,7 @@ def test_a_train_only_dataset_with_its_own_text_field_reaches_evaluated_runs(mak
     study = tmp_path / "study"
     assert launch.main(["--study-dir", str(study), "--corpus", corpus, "--text-field", "body", *RUN]) == 0
     (run_id,) = json.loads((study / "study.json").read_text())["order"]
-    run_dir = ledger.run_dir(study, run_id)
+    run_dir = study_ledger.run_dir(study, run_id)
     spec = json.loads((run_dir / "spec.json").read_text())
     assert (spec["text_field"], spec["eval_suite"], spec["corpus"]) == ("body", "quick", corpus)
     manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -80,7 +81,7 @@ def test_bad_data_input_exits_2_naming_the_field(tmp_path, capsys):
 
 
 def test_the_paper_preset_evaluates_with_the_paper_suite_and_holds_out_openwebtext():
-    from scaling.study import build_study
+    from scaling.study.study_spec import build_study
 
     study = build_study({"preset": "paper"})
     assert {cell.spec.eval_suite for cell in study.cells} == {"paper"}

@@ -1,5 +1,5 @@
 """Plans checked against their intent (issue 37, item 5): a budget its runs cannot meet within
-scaling.sweep.BUDGET_TOLERANCE, a sweep or `at_budget` that touches no run, a repeated `--sweep`,
+scaling.study.sweep.BUDGET_TOLERANCE, a sweep or `at_budget` that touches no run, a repeated `--sweep`,
 a TOML boolean in a numeric field and a duplicate value are each refused with exit 2, one line
 naming the field (and the value as written), and nothing written: the working folder, a study
 in it, the caches, HF_HOME and HOME stay as they were. A preset's per-family sweep table for a
@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from scaling import launch, ledger
-from scaling.study import build_study
+from scaling import launch
+from scaling.run import study_ledger
+from scaling.study.study_spec import build_study
 from tests.test_bad_inputs import assert_refused
 
 SMALL = ["--families", "ar", "--seq-len", "32", "--batch-size", "32", "--dry-run", "--no-progress"]
@@ -71,7 +72,7 @@ def ws(tmp_path_factory):
             mp.setenv(name, str(value))
         mp.setenv("HF_DATASETS_OFFLINE", "1")
         mp.chdir(root)
-        ledger.prepare(root / "study", build_study({"families": "ar", "sizes": "0.1M", "max_steps": 2, "seq_len": 32}))
+        study_ledger.prepare(root / "study", build_study({"families": "ar", "sizes": "0.1M", "max_steps": 2, "seq_len": 32}))
         for name, text in TOMLS.items():
             (root / f"{name}.toml").write_text(text)
         yield root, cache, hf, home

@@ -1,4 +1,4 @@
-"""A change of settings on relaunch is journalled (scaling.journal), so a kill at any point of it
+"""A change of settings on relaunch is journalled (scaling.run.journal), so a kill at any point of it
 leaves status true: a launcher killed (SIGKILL, at a named fault point) while it moves a done
 study to another evaluation suite leaves no run shown done on records of the old suite, and the
 next launch finishes the change, or undoes it when the relaunch asks for the old suite, without
@@ -16,7 +16,8 @@ import pytest
 
 from cli.faults import FAULT_ENV
 from jobs.run.files import read_metrics
-from scaling import journal, launch, ledger, status
+from scaling import launch, status
+from scaling.run import journal, study_ledger
 from tests.test_bad_inputs import assert_refused
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,12 +58,12 @@ def _states(study: Path, capsys) -> dict[str, str]:
 
 
 def _suites(study: Path) -> set[str]:
-    return {ledger.read_study(study)["settings"].get("eval_suite", "quick")} | {
-        ledger.load_spec(study, r).eval_suite for r in ledger.study_run_ids(study)}
+    return {study_ledger.read_study(study)["settings"].get("eval_suite", "quick")} | {
+        study_ledger.load_spec(study, r).eval_suite for r in study_ledger.study_run_ids(study)}
 
 
 def _starts(study: Path) -> int:
-    return sum(len(read_metrics(ledger.run_dir(study, r), "start")) for r in ledger.study_run_ids(study))
+    return sum(len(read_metrics(study_ledger.run_dir(study, r), "start")) for r in study_ledger.study_run_ids(study))
 
 
 @pytest.mark.parametrize("point", POINTS)
@@ -127,13 +128,13 @@ def test_a_damaged_journal_or_one_naming_no_run_id_is_refused_before_anything_is
     the shared id rule: a name with a leading dot or a space, `..`, or a run folder that is a
     symbolic link leading outside are refused): real launches exit 2 with one line naming the
     file and key, and neither the study nor the folder a link leads to changes."""
-    from scaling.study import build_study
+    from scaling.study.study_spec import build_study
     from tests.test_bad_inputs import snapshot
 
     cases = []
     for i, text in enumerate(BAD_JOURNALS):
         study = tmp_path / f"st{i}"
-        ledger.prepare(study, build_study({"families": "ar", "sizes": "0.1M", "seeds": 1, "max_steps": 2,
+        study_ledger.prepare(study, build_study({"families": "ar", "sizes": "0.1M", "seeds": 1, "max_steps": 2,
                                            "seq_len": 32}))
         (study / "runs" / "link").symlink_to(tmp_path / "outside", target_is_directory=True)
         (study / journal.JOURNAL_FILE).write_text(text)

@@ -1,4 +1,4 @@
-"""The CPU-scale review presets (scaling/review_presets.py): their design rules, and each one run end
+"""The CPU-scale review presets (scaling/study/review_presets.py): their design rules, and each one run end
 to end (train + evaluate every arm, in process) at 2 steps, 1 seed and its smallest size."""
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from analysis import fit_curves
 from analysis.compare import fairness
 from analysis.records.read import load
 from jobs.executors import run_exclusive
-from scaling import launch, ledger
-from scaling.plan import cpu_hours, plan_rows
-from scaling.presets import PRESETS
-from scaling.review_presets import CPU_PRESETS, DECONFOUNDING, EMA_LONG_STEPS, REAL_S_PER_RUN
+from scaling import launch
+from scaling.run import study_ledger
+from scaling.plan.dry_run import cpu_hours, plan_rows
+from scaling.study.presets import PRESETS
+from scaling.study.review_presets import CPU_PRESETS, DECONFOUNDING, EMA_LONG_STEPS, REAL_S_PER_RUN
 
 from models.ema import ema_decay
 
@@ -106,10 +107,10 @@ def test_cpu_preset_runs_end_to_end(name, tmp_path):
     args = launch.parser().parse_args(["--preset", name, "--sizes", sizes[0], "--seeds", "1", "--max-steps", "2",
                                        "--eval-suite", "quick", "--study-dir", str(tmp_path / name)])
     study, study_dir, _ = launch._check(args)
-    ledger.prepare(study_dir, study)
+    study_ledger.prepare(study_dir, study)
     compared = [c for c in study.cells if c.spec.role == "compared"]
     for cell in (compared[0], compared[-1]):
-        run_dir = ledger.run_dir(study_dir, cell.spec.run_id)
+        run_dir = study_ledger.run_dir(study_dir, cell.spec.run_id)
         assert run_exclusive(run_dir) == "done"
         records = pl.read_parquet(run_dir / "eval.parquet")
         assert "nll_l2r" in set(records["metric"]) and set(records["step"]) == {2}

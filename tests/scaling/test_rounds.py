@@ -17,8 +17,9 @@ import pytest
 from analysis.compare import frontier, frontier_plan
 from jobs.run import files as runfiles
 from models.ladder import core_params, get_shape
-from scaling import ledger, rounds
-from scaling.study import build_study
+from scaling import rounds
+from scaling.run import study_ledger
+from scaling.study.study_spec import build_study
 from tests.analysis import frontier_synth as fs
 from tests.test_bad_inputs import snapshot
 
@@ -33,37 +34,37 @@ def study(tmp_path, monkeypatch):
     stand-in records what it trains and can be killed after `kill_after` runs."""
     spec = build_study({"preset": "frontier", "families": "ar", "budgets": [1e12], "name": "rounds-test"})
     study_dir = tmp_path / "study"
-    ledger.prepare(study_dir, spec)
+    study_ledger.prepare(study_dir, spec)
     state = {"trained": [], "kill_after": None}
 
     def train(run_ids):
         for run_id in run_ids:
-            if ledger.view(study_dir, run_id).state == "done":
+            if study_ledger.view(study_dir, run_id).state == "done":
                 continue
             if state["kill_after"] is not None and len(state["trained"]) >= state["kill_after"]:
                 state["kill_after"] = None
                 raise Killed
-            runfiles.write_status(ledger.run_dir(study_dir, run_id), "done", step=1, steps=1)
+            runfiles.write_status(study_ledger.run_dir(study_dir, run_id), "done", step=1, steps=1)
             state["trained"].append(run_id)
 
     def fake_train(directory, study_spec, args):
-        ledger.prepare(directory, study_spec, extending=True)
+        study_ledger.prepare(directory, study_spec, extending=True)
         train(study_spec.run_ids)
         return 0
 
     def points(directory, resamples=200, seed=0):
         rows = []
-        for run_id in ledger.study_run_ids(directory):
-            if ledger.view(directory, run_id).state != "done":
+        for run_id in study_ledger.study_run_ids(directory):
+            if study_ledger.view(directory, run_id).state != "done":
                 continue
-            s = ledger.load_spec(directory, run_id)
+            s = study_ledger.load_spec(directory, run_id)
             n, c = core_params(get_shape(s.size)), float(dict(s.tracking)["budget_flops"])
             value = fs.loss(n, s.tokens) + fs.LR_PENALTY * math.log10(s.lr / fs.BEST_LR) ** 2
             rows.append({"family": s.family, "variant": s.variant, "budget_flops": c, "n_params": float(n),
                          "seed": s.seed, "lr": s.lr, "value": value})
         return pl.DataFrame(rows), frontier.Frontier((), ())
 
-    monkeypatch.setattr(ledger, "_records_gap", lambda directory, steps: None)
+    monkeypatch.setattr(study_ledger, "_records_gap", lambda directory, steps: None)
     monkeypatch.setattr(rounds, "_train", fake_train)
     monkeypatch.setattr(frontier_plan, "read_study", points)
     train(spec.run_ids)
@@ -86,14 +87,14 @@ def test_a_dry_run_prints_the_round_and_writes_nothing(study, capsys):
 
 def test_a_round_extends_the_study_and_a_killed_round_resumes_without_training_twice(study):
     study_dir, state = study
-    order = ledger.study_run_ids(study_dir)
+    order = study_ledger.study_run_ids(study_dir)
     state["kill_after"] = 3
     with pytest.raises(Killed):
         rounds.rounds(_args(study_dir))
     doc = json.loads((study_dir / "rounds" / "round-1.json").read_text())
     planned = [r["run_id"] for r in doc["runs"]]
     assert len(planned) > 3 and all(r["reason"] and r["criterion"] for r in doc["runs"])
-    assert ledger.study_run_ids(study_dir)[:len(order)] == order  # the study's own runs kept, first
+    assert study_ledger.study_run_ids(study_dir)[:len(order)] == order  # the study's own runs kept, first
     first = list(state["trained"])
     assert rounds.rounds(_args(study_dir)) == 0  # the relaunch resumes round 1 (the cap is 1 round)
     assert sorted(first + state["trained"][len(first):]) == sorted(planned)
@@ -154,7 +155,7 @@ def test_a_damaged_round_file_is_one_line_naming_the_key_in_a_real_process_and_n
     cut file are each exit 2 with one line naming the file, the key and the fix; nothing written."""
     repo = Path(__file__).resolve().parents[2]
     for name, (text, _) in BAD_ROUNDS.items():
-        ledger.prepare(tmp_path / name, build_study({"families": "ar", "sizes": "0.1M", "seeds": 1, "max_steps": 2,
+        study_ledger.prepare(tmp_path / name, build_study({"families": "ar", "sizes": "0.1M", "seeds": 1, "max_steps": 2,
                                                      "seq_len": 32}))
         (tmp_path / name / "rounds").mkdir()
         (tmp_path / name / "rounds" / "round-1.json").write_text(text)

@@ -1,11 +1,11 @@
-"""scaling.settings as a unit: each layer checked key by key, then base < preset < TOML < flags,
+"""scaling.study.settings as a unit: each layer checked key by key, then base < preset < TOML < flags,
 the tables ([run], [resources]) merged field by field."""
 from __future__ import annotations
 
 import pytest
 
 from cli import InputError
-from scaling.settings import check_layer, load_settings
+from scaling.study.settings import check_layer, load_settings
 
 
 def test_a_layer_skips_unset_keys_checks_each_and_refuses_unknown_ones():

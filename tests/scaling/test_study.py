@@ -9,10 +9,10 @@ import pytest
 
 from jobs.run.spec import RunSpec
 from models.ladder import core_params, get_shape, train_flops_per_token
-from scaling import recipes
-from scaling.plan import VOCAB_SIZES, gpu_hours, plan_rows
-from scaling.presets import PRESETS, QUICKSTART_TOKENS
-from scaling.study import StudyError, build_study, load_toml
+from scaling.study import recipes
+from scaling.plan.dry_run import VOCAB_SIZES, gpu_hours, plan_rows
+from scaling.study.presets import PRESETS, QUICKSTART_TOKENS
+from scaling.study.study_spec import StudyError, build_study, load_toml
 
 GOLDEN = Path(__file__).parent / "golden" / "quickstart_run_ids.json"
 
@@ -232,7 +232,7 @@ def _overrides(cell) -> set[str]:
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_every_preset_shares_network_and_ema_unless_an_arm_overrides_explicitly(preset):
-    from scaling.arms import NETWORK_KEYS
+    from scaling.study.arms import NETWORK_KEYS
 
     study = build_study(flags(preset=preset, sizes="0.1M,0.3M", seeds=2))
     networks = {tuple(c.spec.options[k] for k in NETWORK_KEYS) for c in study.cells if "network" not in _overrides(c)}
@@ -244,7 +244,7 @@ def test_every_preset_shares_network_and_ema_unless_an_arm_overrides_explicitly(
 
 
 def test_the_network_preset_measures_the_architecture_apart():
-    from scaling.arms import NETWORKS
+    from scaling.study.arms import NETWORKS
 
     study = build_study(flags(preset="network", sizes="0.1M", seeds=1))
     seen = {(c.spec.family, dict(c.factors)["network"]): c.spec.options for c in study.cells}
@@ -267,7 +267,7 @@ def test_a_study_network_and_ema_apply_to_every_family():
 
 @pytest.mark.parametrize("network", ["gpt2,pos=rope", "pos=rope", {"pos": "rope"}, "official,pos=rope"])
 def test_rotary_positions_are_a_network_setting_every_family_shares(network):
-    from scaling.arms import network_name
+    from scaling.study.arms import network_name
 
     base = "official" if str(network).startswith("official") else "gpt2"
     families = "ar,aogpt,sigma_gpt,mdm"
@@ -313,12 +313,12 @@ def test_a_changed_option_default_changes_the_run_id_and_a_resource_does_not(mon
 
 
 def test_a_study_dir_of_the_previous_format_is_refused_with_one_line(tmp_path):
-    from scaling import ledger
+    from scaling.run import study_ledger
 
     study = build_study(flags(sizes="0.1M", seeds=1, families="ar"))
     (tmp_path / "study.json").write_text(json.dumps({"name": "old", "hash": study.study_hash, "order": []}))
     with pytest.raises(StudyError, match="^study-dir: .*another aoscale version") as info:
-        ledger.check_study_dir(tmp_path, study)
+        study_ledger.check_study_dir(tmp_path, study)
     assert "\n" not in str(info.value)
 
 

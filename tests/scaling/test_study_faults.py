@@ -24,7 +24,8 @@ from analysis import fit_curves
 from cli.faults import FAULT_ENV
 from jobs.data.suites import SUITES
 from jobs.run.files import read_metrics, read_status
-from scaling import launch, ledger, status
+from scaling import launch, status
+from scaling.run import study_ledger
 
 REPO = Path(__file__).resolve().parents[2]
 IS_ROOT = os.geteuid() == 0
@@ -74,7 +75,7 @@ def _copy(study: Path, tmp_path: Path) -> Path:
 
 
 def _runs(study: Path) -> list[Path]:
-    return [ledger.run_dir(study, r) for r in ledger.study_run_ids(study)]
+    return [study_ledger.run_dir(study, r) for r in study_ledger.study_run_ids(study)]
 
 
 def _starts(run_dir: Path) -> int:
@@ -121,7 +122,7 @@ def test_a_worker_killed_while_evaluating_leaves_trained_runs_that_the_relaunch_
     for run_dir in _runs(study):
         assert read_status(run_dir)["state"] == "done" and _suites(run_dir) == {"quick"}
         assert _starts(run_dir) == 1 and _final_ckpt(run_dir) == before[run_dir.name], run_dir
-    assert {ledger.view(study, d.name).state for d in _runs(study)} == {"done"}
+    assert {study_ledger.view(study, d.name).state for d in _runs(study)} == {"done"}
 
 
 def test_a_relaunch_with_another_suite_evaluates_every_run_again_and_another_name_is_refused(
@@ -129,16 +130,16 @@ def test_a_relaunch_with_another_suite_evaluates_every_run_again_and_another_nam
     study = _copy(evaluated, tmp_path)
     before = {d.name: _final_ckpt(d) for d in _runs(study)}
     assert all(_suites(d) == {"quick"} for d in _runs(study))
-    doc = ledger.read_study(study)
+    doc = study_ledger.read_study(study)
     capsys.readouterr()
     assert launch.main(["--study-dir", str(study), *FLAGS, "--name", "renamed", "--no-report"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "name:" in lines[0] and doc["name"] in lines[0], lines
-    assert ledger.read_study(study) == doc
+    assert study_ledger.read_study(study) == doc
     assert launch.main(["--study-dir", str(study), *FLAGS, "--eval-suite", "cpu", "--no-report"]) == 0
-    assert ledger.read_study(study)["settings"]["eval_suite"] == "cpu"
+    assert study_ledger.read_study(study)["settings"]["eval_suite"] == "cpu"
     for run_dir in _runs(study):
-        assert ledger.load_spec(study, run_dir.name).eval_suite == "cpu"
+        assert study_ledger.load_spec(study, run_dir.name).eval_suite == "cpu"
         records = pl.read_parquet(run_dir / "eval.parquet")
         assert set(records["suite"]) == {"cpu"}  # replaced, not merged with the quick suite's rows
         l2r = records.filter((pl.col("metric") == "nll_l2r") & (pl.col("split") == "validation"))
@@ -271,7 +272,7 @@ def test_a_corrupt_final_checkpoint_shows_in_status_json_and_in_the_report(tmp_p
 def test_after_a_full_disk_used_up_the_retries_retry_failed_retries(tmp_path, env, small_disk, capsys, monkeypatch):
     study = small_disk / "study"
     argv = ["--study-dir", str(study), *flags(1), "--no-report", "--max-retries", "0"]
-    ledger.prepare(study, launch.study_from_args(launch.parser().parse_args(argv)))
+    study_ledger.prepare(study, launch.study_from_args(launch.parser().parse_args(argv)))
     fill(small_disk / "filler", leave_bytes=200_000)  # room for the run's files, not its checkpoint
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
     assert launch.main(argv) == 1
@@ -295,16 +296,16 @@ def test_records_of_an_edited_suite_are_not_its_result_and_the_relaunch_evaluate
     before = _final_ckpt(run_dir)
     records = pl.read_parquet(run_dir / "eval.parquet")
     assert set(records["suite_hash"]) == {SUITES["quick"].fingerprint}
-    assert ledger.view(study, run_dir.name).state == "done"
+    assert study_ledger.view(study, run_dir.name).state == "done"
     records.with_columns(suite_hash=pl.lit("0123456789ab")).write_parquet(run_dir / "eval.parquet")
-    view = ledger.view(study, run_dir.name)
+    view = study_ledger.view(study, run_dir.name)
     assert view.state == "trained" and "earlier definition of suite quick" in view.reason
     records.drop("suite_hash").write_parquet(run_dir / "eval.parquet")  # rows from before the column: kept
-    assert ledger.view(study, run_dir.name).state == "done"
+    assert study_ledger.view(study, run_dir.name).state == "done"
     records.with_columns(suite_hash=pl.lit("0123456789ab")).write_parquet(run_dir / "eval.parquet")
     assert launch.main(["--study-dir", str(study), *FLAGS, "--no-report"]) == 0
     again = pl.read_parquet(run_dir / "eval.parquet")
-    assert set(again["suite_hash"]) == {SUITES["quick"].fingerprint} and ledger.view(study, run_dir.name).state == "done"
+    assert set(again["suite_hash"]) == {SUITES["quick"].fingerprint} and study_ledger.view(study, run_dir.name).state == "done"
     assert _starts(run_dir) == 1 and _final_ckpt(run_dir) == before  # evaluated again, not trained again
 
 

@@ -1,4 +1,4 @@
-"""Study axes (scaling.sweep): swept run settings, isoFLOP plans and the data axis."""
+"""Study axes (scaling.study.sweep): swept run settings, isoFLOP plans and the data axis."""
 from __future__ import annotations
 
 import math
@@ -8,9 +8,9 @@ import pytest
 from jobs.eval.records import run_context
 from models.ladder import core_params, get_shape
 from scaling import launch
-from scaling.plan import plan_rows
-from scaling.study import build_study, load_toml
-from scaling.sweep import grid_sizes
+from scaling.plan.dry_run import plan_rows
+from scaling.study.study_spec import build_study, load_toml
+from scaling.study.sweep import grid_sizes
 
 BASE = {"families": "ar,mdm", "sizes": "0.1M", "seeds": 1, "seq_len": 32, "batch_size": 32}
 
@@ -140,19 +140,19 @@ def test_widening_a_sweep_in_place_keeps_the_trained_runs_and_nothing_else_does(
     """The fix an edge warning asks for ("widen the sweep") extends the study in its directory:
     same name, every old run kept, only the new values added. Dropping a value, or changing any
     other setting beside the wider sweep, is still a different study."""
-    from scaling import ledger
-    from scaling.study import StudyError
+    from scaling.run import study_ledger
+    from scaling.study.study_spec import StudyError
     common = ["--families", "ar", "--sizes", "0.1M", "--seeds", "1", "--study-dir", str(tmp_path / "s")]
 
     def check(*argv):
         return launch._check(launch.parser().parse_args([*common, *argv]))
 
     first, study_dir, _ = check("--sweep", "lr=1e-3,3e-3")
-    ledger.prepare(study_dir, first)
+    study_ledger.prepare(study_dir, first)
     wide, _, _ = check("--sweep", "lr=1e-3,3e-3,1e-2")
     assert set(first.run_ids) < set(wide.run_ids) and len(wide.run_ids) == 3 and wide.name == first.name
-    ledger.prepare(study_dir, wide, ledger.widens(study_dir, wide))
-    assert ledger.read_study(study_dir)["hash"] == wide.study_hash
+    study_ledger.prepare(study_dir, wide, study_ledger.widens(study_dir, wide))
+    assert study_ledger.read_study(study_dir)["hash"] == wide.study_hash
     for argv in (["--sweep", "lr=1e-3,1e-2"], ["--sweep", "lr=1e-3,3e-3,1e-2,3e-2", "--seq-len", "64"]):
         with pytest.raises(StudyError, match="holds a different study"):
             check(*argv)
@@ -161,7 +161,7 @@ def test_widening_a_sweep_in_place_keeps_the_trained_runs_and_nothing_else_does(
 def test_a_family_table_sweeps_only_its_family_and_a_narrowed_preset_drops_it():
     """The frontier preset sweeps MDLM's lr one value wider: narrowed to AR and AO-GPT it plans
     their 4 values and no MDLM; a table for a family that does not exist is refused."""
-    from scaling.presets import FRONTIER_LRS, FRONTIER_MDM_LRS
+    from scaling.study.presets import FRONTIER_LRS, FRONTIER_MDM_LRS
     full = build_study({"preset": "frontier", "budgets": [1e12]})
     lrs = {f: {c.spec.lr for c in full.cells if c.spec.family == f} for f in ("ar", "aogpt", "mdm")}
     assert lrs == {"ar": set(FRONTIER_LRS), "aogpt": set(FRONTIER_LRS), "mdm": set(FRONTIER_MDM_LRS)}

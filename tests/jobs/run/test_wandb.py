@@ -8,7 +8,7 @@ from jobs.run import tracking
 from jobs.run.spec import RunSpec
 from jobs.run.tracking import Tracker
 from scaling import launch
-from scaling.study import build_study, load_toml
+from scaling.study.study_spec import build_study, load_toml
 
 wandb = pytest.importorskip("wandb")
 TABLE = {"wandb": True, "project": "gap", "entity": "lab", "group": "sweep-1", "tags": ["cpu", "smoke"],

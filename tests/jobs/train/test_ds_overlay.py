@@ -12,7 +12,7 @@ import pytest
 
 from jobs.run.files import read_metrics, read_status
 from scaling import launch
-from scaling.study import build_study
+from scaling.study.study_spec import build_study
 from tests.jobs.executors.cluster_runs import train_here
 
 REPO = Path(__file__).resolve().parents[3]

@@ -145,16 +145,17 @@ def assert_prefix_equal(run_dir: Path, full: Path) -> None:
 
 
 def test_a_corrupt_status_json_in_a_study_is_rebuilt_and_the_study_finishes(tmp_path, capsys, monkeypatch):
-    from scaling import launch, ledger, status
-    from scaling.study import build_study
+    from scaling import launch, status
+    from scaling.run import study_ledger
+    from scaling.study.study_spec import build_study
 
     flags = {"families": "ar", "sizes": "0.1M", "seeds": 1, "max_steps": 6, "seq_len": 32}
     study = build_study(flags)
     study_dir = tmp_path / "study"
-    ledger.prepare(study_dir, study)
+    study_ledger.prepare(study_dir, study)
     (run_id,) = study.run_ids
-    run_dir = ledger.run_dir(study_dir, run_id)
-    spec = ledger.load_spec(study_dir, run_id).replace(checkpoint_every=2)
+    run_dir = study_ledger.run_dir(study_dir, run_id)
+    spec = study_ledger.load_spec(study_dir, run_id).replace(checkpoint_every=2)
     assert train(run_dir, spec, max_steps_this_call=3, handle_signals=False) == "preempted"
     (run_dir / "status.json").write_text('{"state": "runn')
     capsys.readouterr()

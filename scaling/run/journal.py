@@ -5,7 +5,7 @@ resources, tracking, new runs of a widened sweep) first writes `<study>/relaunch
 study document and the text of every spec.json that changes. Only then are study.json and the
 spec files rewritten, and the journal removed last. A launcher killed in between leaves the
 journal; the next launch rolls it forward (under the study lock) before anything else, and a
-reader (`scaling.status`, through `scaling.ledger.view`) takes a run's spec from the journal while
+reader (`scaling.status`, through `scaling.run.study_ledger.view`) takes a run's spec from the journal while
 it is pending, so a run whose records are on the old suite is never shown as done, and says the
 change is pending (`pending_change`). A spec that cannot be rewritten because its run is training
 (its lock held) stays in the journal until a later launch can write it. A damaged journal

@@ -1,7 +1,7 @@
 """Each family's own accounting at a size: its non-embedding parameters and training FLOPs per token,
 read from a model built on the meta device (no weights allocated), and tokenizer vocabularies.
 
-Its own module so that study planning (scaling.sweep) and the dry-run (scaling.plan) share it
+Its own module so that study planning (scaling.study.sweep) and the dry-run (scaling.plan.dry_run) share it
 without importing each other."""
 from __future__ import annotations
 

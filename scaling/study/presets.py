@@ -167,7 +167,7 @@ def factorial() -> dict[str, Any]:
 # at 1.6x two runs reach 1.57, flagged by the data ledger; budgets a decade lower would put the
 # tiniest shapes near the unigram plateau). The lr is swept (1e-3, 3e-3, 1e-2, 3e-2: the first
 # reference run's best was 1e-2, the edge of 1e-3..1e-2, so the sweep was widened in place,
-# scaling.ledger.widens) at the middle budget only; the other budgets run the quickstart's 3e-3, the
+# scaling.run.study_ledger.widens) at the middle budget only; the other budgets run the quickstart's 3e-3, the
 # value the rule carries until a choice exists (the report's chosen-settings table shows what the
 # middle budget picked per size; `--carry-lr-from <this study>` then plans the study with each
 # family's choice at the outer budgets: analysis.records.carry states the rule). Two
@@ -209,7 +209,7 @@ PRESETS: dict[str, Callable[[], dict[str, Any]]] = {
     "quickstart": quickstart, "laptop": laptop, "paper": paper, "network": network, "pos": pos, "pe": pe,
     "ema": ema, "l2r-mix": l2r_mix, "orders": orders, "factorial": factorial,
     "frontier": frontier, "frontier-gpu": frontier_gpu,
-    **CPU_PRESETS,  # the same questions at CPU scale (scaling/review_presets.py)
+    **CPU_PRESETS,  # the same questions at CPU scale (scaling/study/review_presets.py)
 }
 review_presets.bind(PRESETS)  # the CPU versions reuse the GPU presets' arms
 

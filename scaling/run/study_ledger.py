@@ -24,9 +24,10 @@ from jobs.executors import lock_held
 from jobs.run import files as runfiles
 from jobs.run.spec import RunSpec
 
+from scaling.study.study_spec import STUDY_FORMAT, StudyError, StudySpec
+from scaling.study.sweep import parse_sweep
+
 from . import journal
-from .study import STUDY_FORMAT, StudyError, StudySpec
-from .sweep import parse_sweep
 
 STUDY_FILE = runfiles.STUDY_FILE
 RUNS_DIR = runfiles.RUNS_DIR
@@ -179,7 +180,7 @@ def prepare(study_dir: str | Path, study: StudySpec, extending: bool = False) ->
     The same runs with other settings that change no run id (the evaluation suite, resources,
     tracking) rewrite study.json and the spec.json files; runs whose records are then of another
     suite show as `trained` and are evaluated again, never trained again. The change is journalled
-    (scaling.journal): a change a killed launcher left half done is finished first."""
+    (scaling.run.journal): a change a killed launcher left half done is finished first."""
     path = Path(study_dir)
     check_study_dir(path, study, extending)
     (path / RUNS_DIR).mkdir(parents=True, exist_ok=True)
@@ -225,7 +226,7 @@ def view(study_dir: str | Path, run_id: str) -> RunView:
 
 def _records_gap(directory: Path, steps: int) -> str | None:
     """What a trained run's records lack for its spec's suite (None: it is done); the spec a pending
-    relaunch gives it (scaling.journal) counts over its spec.json."""
+    relaunch gives it (scaling.run.journal) counts over its spec.json."""
     try:
         spec = journal.pending_spec(directory) or runfiles.read_json(directory / runfiles.SPEC_FILE, default={})
         suite = EvalSuite.parse(spec.get("eval_suite", DEFAULT_SUITE))

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 from models.ladder import core_params, get_shape
 
-from .accounting import VOCAB_SIZES, family_accounting, vocab_of  # noqa: F401 (re-exported)
-from .arms import network_name
-from .study import StudySpec
-from .sweep import SWEEP_PREFIX
+from scaling.study.accounting import VOCAB_SIZES, family_accounting, vocab_of  # noqa: F401 (re-exported)
+from scaling.study.arms import network_name
+from scaling.study.study_spec import StudySpec
+from scaling.study.sweep import SWEEP_PREFIX
 
 H100_BF16_DENSE_FLOPS = 989e12  # NVIDIA H100 SXM datasheet: dense BF16 tensor-core peak, FLOP/s
 DEFAULT_MFU = 0.40  # a well-tuned dense transformer's model FLOPs utilisation (PaLM reports 46 %)
@@ -51,7 +51,7 @@ class PlanRow:
     ema: float = 0.0
     params_family: int = 0
     role: str = "compared"
-    axes: str = ""  # the run's compute budget and swept values (scaling.sweep), e.g. "C=1e+12 lr=0.003"
+    axes: str = ""  # the run's compute budget and swept values (scaling.study.sweep), e.g. "C=1e+12 lr=0.003"
 
 
 def axes_label(spec) -> str:

@@ -6,7 +6,7 @@ command-line flags, and under them all the base for the study's sizes (`presets.
 before anything merges or anything is written, so a bad value is named as the user wrote it
 (`run.beta1`, `arms[1].family`, `sizes: 0.1M given twice`), and no key is dropped silently.
 It returns a frozen `StudySettings` whose sections (data, budget, network, resources,
-tracking; a sweep or plans section fits the same way) are what `scaling.study` expands.
+tracking; a sweep or plans section fits the same way) are what `scaling.study.study_spec` expands.
 """
 from __future__ import annotations
 
@@ -122,7 +122,7 @@ def _tracking(field: str, value: Any) -> dict[str, Any]:
 
 
 def _positive_tokens_per_param(field: str, value: Any) -> float | list[float]:
-    """One ratio, or a list of them (the data axis: scaling.sweep), each positive and bounded."""
+    """One ratio, or a list of them (the data axis: scaling.study.sweep), each positive and bounded."""
     if isinstance(value, (str, list, tuple)):
         ratios = _plain(sweep.parse_numbers, field, value)
         return [_positive_tokens_per_param(field, ratio) for ratio in ratios] if len(ratios) > 1 else \
@@ -167,14 +167,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("network", "network", _network), Setting("ema", "network", rules.rate),
     Setting("run", "run", _run), Setting("resources", "resources", _resources),
     Setting("tracking", "tracking", _tracking),
-    # plans along compute and sweeps (scaling.sweep): each reads its own rule there
+    # plans along compute and sweeps (scaling.study.sweep): each reads its own rule there
     Setting("sweep", "plans", _sweep), Setting("budgets", "plans", _numbers),
     Setting("grid_points", "plans", rules.positive_int), Setting("grid_step", "plans", rules.positive_number),
     Setting("optimum_seeds", "plans", rules.positive_int), Setting("optimum_span", "plans", rules.positive_int),
     Setting("branches", "plans", _numbers), Setting("branch_decay", "plans", rules.positive_number),
     Setting("carry_lr", "plans", lambda f, v: _plain(sweep.parse_carry, v)),
 )
-assert {s.key for s in SETTINGS if s.section == "plans"} == set(sweep.AXIS_KEYS), "scaling.sweep's keys and SETTINGS disagree"
+assert {s.key for s in SETTINGS if s.section == "plans"} == set(sweep.AXIS_KEYS), \
+    "scaling.study.sweep's keys and SETTINGS disagree"
 BY_KEY = {setting.key: setting for setting in SETTINGS}
 SETTING_KEYS = tuple(BY_KEY)
 BUDGET_KEYS = tuple(f.name for f in fields(Budget))
@@ -293,7 +294,7 @@ def load_settings(flags: dict[str, Any], toml: dict[str, Any] | None = None) -> 
 def _check_typed_sweep(value: Any, families: set[str], flag: bool) -> None:
     """A sweep the user wrote (flags, else the study file) names only families the study trains: a
     table for another would touch nothing. (A preset's table for a family its study was narrowed
-    away from, by --families, is dropped: scaling.sweep.parse_sweep.)"""
+    away from, by --families, is dropped: scaling.study.sweep.parse_sweep.)"""
     for family in sorted(sweep.named_families(value) - families):
         written = next((f"--sweep {item}" for item in value if str(item).strip().startswith(f"{family}:")), "")\
             if flag else f"[sweep.{family}]"

@@ -20,24 +20,24 @@ from tqdm import tqdm
 
 from jobs.executors import BUSY, Executor, Handle, lock_held
 
-from . import ledger
+from . import study_ledger
 
 POLL_S = 0.25
 
 
-def is_final(run: ledger.RunView, max_retries: int) -> bool:
+def is_final(run: study_ledger.RunView, max_retries: int) -> bool:
     """Done, or failed more often than retries allow."""
     return run.state == "done" or (run.state == "failed" and run.failures > max_retries)
 
 
-def retry_allowance(views: list[ledger.RunView], max_retries: int, retry_failed: bool) -> dict[str, int]:
+def retry_allowance(views: list[study_ledger.RunView], max_retries: int, retry_failed: bool) -> dict[str, int]:
     """Per run, the failures its retries may reach: `max_retries`, or with `retry_failed`
     `max_retries` more than a failed run that has used up its retries already has."""
     return {v.run_id: max_retries + (v.failures if retry_failed and v.state == "failed" and v.failures > max_retries
                                      else 0) for v in views}
 
 
-def to_submit(run: ledger.RunView, max_retries: int) -> bool:
+def to_submit(run: study_ledger.RunView, max_retries: int) -> bool:
     """Whether the run still has to be trained and nobody is training it now."""
     return not is_final(run, max_retries) and run.state != "running"
 
@@ -57,14 +57,14 @@ class Scheduler:
         self.study_dir = Path(study_dir)
         self.executor = executor
         self.max_retries = max_retries
-        self.allowed = (retry_allowance([ledger.view(self.study_dir, r) for r in run_ids], max_retries, True)
+        self.allowed = (retry_allowance([study_ledger.view(self.study_dir, r) for r in run_ids], max_retries, True)
                         if retry_failed else {})
         attached = attached or {}
         self.queue: deque[str] = deque(r for r in run_ids if r not in attached)
         self.active: dict[str, Handle] = {r: h for r, h in attached.items() if r in run_ids}
         self.waiting: set[str] = set()  # held by another process
         self.final: dict[str, str] = {}
-        self.names = ledger.run_names(self.study_dir)  # run_id -> "family variant size s<seed>"
+        self.names = study_ledger.run_names(self.study_dir)  # run_id -> "family variant size s<seed>"
         self.trained: list[str] = []  # runs this launch submitted
         disable = None if progress is None else not progress
         self.bar = tqdm(total=len(run_ids), desc="study", unit="run", file=sys.stderr, disable=disable)
@@ -99,13 +99,13 @@ class Scheduler:
             if self._decide(run_id):
                 batch.append(run_id)
         if batch:
-            handles = submit_runs(self.executor, [ledger.run_dir(self.study_dir, r) for r in batch])
+            handles = submit_runs(self.executor, [study_ledger.run_dir(self.study_dir, r) for r in batch])
             self.active.update(zip(batch, handles))
             self.trained.extend(batch)
 
     def _decide(self, run_id: str) -> bool:
         """Skip or set aside one run from what the ledger says now; True when it is to be submitted."""
-        run = ledger.view(self.study_dir, run_id)
+        run = study_ledger.view(self.study_dir, run_id)
         retries = self.allowed.get(run_id, self.max_retries)
         if is_final(run, retries) or (run.state == "trained" and run_id in self.trained):
             self._finalize(run_id, run.state, run.reason)  # evaluated once this launch: not looped
@@ -126,7 +126,7 @@ class Scheduler:
                 self.queue.appendleft(run_id)  # re-read: done, retry, or resume after preemption
 
     def _wake(self) -> None:
-        for run_id in [r for r in self.waiting if not lock_held(ledger.run_dir(self.study_dir, r))]:
+        for run_id in [r for r in self.waiting if not lock_held(study_ledger.run_dir(self.study_dir, r))]:
             self.waiting.discard(run_id)
             self.queue.append(run_id)
 
@@ -147,7 +147,7 @@ class Scheduler:
         if self._disable is True or (self._disable is None and not sys.stderr.isatty()):
             return
         for run_id in self.active:
-            run = ledger.view(self.study_dir, run_id)
+            run = study_ledger.view(self.study_dir, run_id)
             bar = self.run_bars.get(run_id)
             if bar is None and run.steps:
                 bar = tqdm(total=run.steps, desc=self.name(run_id), unit="step", leave=False, file=sys.stderr,

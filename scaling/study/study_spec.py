@@ -1,6 +1,6 @@
 """Study specs: families x variants x sizes x seeds, plus data, budget and engine.
 
-`build_study` takes the study's settings through `scaling.settings.load_settings` (the one
+`build_study` takes the study's settings through `scaling.study.settings.load_settings` (the one
 loader of presets, TOML files and flags, every key checked by its declared rule), checks what
 needs more than one value (tokenizer, corpus, eval suite, judge) before anything touches the
 disk, and expands the study into frozen `RunSpec`s whose run ids depend only on result-changing
@@ -75,7 +75,7 @@ class StudySpec:
 
 def load_toml(path: str | Path) -> dict[str, Any]:
     """Settings from a TOML study file; malformed text -> StudyError (its keys are checked by
-    scaling.settings.load_settings)."""
+    scaling.study.settings.load_settings)."""
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text())
@@ -119,7 +119,7 @@ def _expand(settings: StudySettings) -> list[Cell]:
                      budget=run_budget, run_fields=run_fields, tags=tags)
 
     values = {**dict(settings.values), "tokenizer": settings.data.tokenizer, "seq_len": settings.budget.seq_len,
-              "sizes": list(settings.sizes)}  # the plain view scaling.sweep reads
+              "sizes": list(settings.sizes)}  # the plain view scaling.study.sweep reads
     try:  # the plain grid, or sweeps, isoFLOP budgets, the data axis and WSD branches
         cells = sweep.expand(values, list(zip(settings.arms, resolved)), settings.seeds, settings.budget, make)
     except ValueError as error:

@@ -23,7 +23,7 @@ from jobs.executors import Executor, Handle, get_executor
 from jobs.executors.ray_tune import RayOptions
 from jobs.executors.slurm import SlurmOptions
 
-from .study import StudyError
+from scaling.study.study_spec import StudyError
 
 
 @dataclass(frozen=True)

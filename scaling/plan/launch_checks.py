@@ -1,7 +1,7 @@
 """The launcher's preflight: everything `scaling.launch` checks before it writes anything.
 
 Before the study is built: the flags (no empty values) and the `--spec` file (a readable UTF-8
-file; its keys are checked by scaling.settings). After: every run through `jobs.train.preflight` (field
+file; its keys are checked by scaling.study.settings). After: every run through `jobs.train.preflight` (field
 types and ranges, the trainer's and the model's rules) and the study directory (writable). For a
 launch that trains (not `--dry-run`), after the plan's own budget check: the data of each
 corpus once and, when the local backend trains here, the largest run's memory against this
@@ -17,7 +17,7 @@ from cli.paths import marked, not_nested, user_path
 from jobs.train import preflight
 from jobs.run.files import NESTING_MARKERS, SPEC_FILE
 
-from .study import StudySpec
+from scaling.study.study_spec import StudySpec
 
 _FLAG_NAMES = {"judge": "--judge-run"}  # flags whose name is not their destination's
 
@@ -32,7 +32,7 @@ def check_flags(args: argparse.Namespace, keys: tuple[str, ...]) -> None:
 
 
 def check_spec_file(path: str) -> None:
-    """`--spec` names a readable UTF-8 file (its TOML is parsed by scaling.study.load_toml)."""
+    """`--spec` names a readable UTF-8 file (its TOML is parsed by scaling.study.study_spec.load_toml)."""
     file = Path(path)
     if not file.exists():
         raise InputError(f"spec: file {file} not found; pass an existing study TOML")

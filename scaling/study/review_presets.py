@@ -5,7 +5,7 @@ The GPU-scale presets (`pe`, `ema`, `l2r-mix`, `factorial`) keep their names; th
 quickstart's schedule (seq 32 x batch 32, peak lr 3e-3 after 60 warm-up steps, cosine to 10 %) and
 is sized so that `scaling.launch --dry-run` estimates at most 40 minutes on 2 cores
 (`tests/scaling/test_review_presets.py` checks it). That estimate leaves out start-up and
-evaluation, ~30 s per run on one thread (scaling/plan.py); `REAL_S_PER_RUN` projects it.
+evaluation, ~30 s per run on one thread (scaling/plan/dry_run.py); `REAL_S_PER_RUN` projects it.
 
 Networks and budgets (docs/results/quickstart-tuning.md, docs/results/laptop/):
 - rotary positions (`gpt2,pos=rope`) for every study but `pe-cpu`: with them AO-GPT and MDLM leave
@@ -22,11 +22,11 @@ Which runs still end on the plateau is the study's own output (`scaling.status`,
 De-confounding designs (issue 36; designed, not yet trained). `pe-cpu` and `factorial-cpu` ran
 every arm at one lr (3e-3), and adaLN's modulation, larger than the core, may need another: their
 verdicts stay open until each arm has its own. `pe-lr-cpu` and `factorial-lr-cpu` sweep
-`LR_SWEEP` for every arm (scaling.sweep: a study-wide `lr` list; analysis.records.selection chooses per
+`LR_SWEEP` for every arm (scaling.study.sweep: a study-wide `lr` list; analysis.records.selection chooses per
 cell, which includes the variant, so each arm gets its own lr) on the `frontier` suite, which
 evaluates a validation slice for the choice and a disjoint test slice for every reported number
 (512 windows each). A choice at an end of the sweep is warned ("widen the sweep"); widening it
-(every old value kept) extends the study in place (scaling.ledger.widens). To stay within 60
+(every old value kept) extends the study in place (scaling.run.study_ledger.widens). To stay within 60
 minutes each, both run at one size (0.1M, where the shared-lr verdicts were read). `ema-long-cpu`
 trains long enough that 0.999 and 0.9999 differ under the warm-up min(rate, (1+n)/(10+n))
 (models/ema.py: they part at n = 8,991 updates); its rate-0 arm is dropped because every EMA run
@@ -46,7 +46,7 @@ SPLIT_SUITE = "frontier"  # validation for selection, a disjoint test slice for 
 # ends at 0.99940 (an average over ~1,670 steps against 0.999's ~1,000)
 EMA_LONG_STEPS = 15_000
 ROPE = "gpt2,pos=rope"
-REAL_S_PER_RUN = 30.0  # start-up and `cpu`-suite evaluation per run, one thread (scaling/plan.py)
+REAL_S_PER_RUN = 30.0  # start-up and `cpu`-suite evaluation per run, one thread (scaling/plan/dry_run.py)
 CPU_REVIEW: dict[str, Any] = {
     "sizes": ["2/48/2", "0.1M"], "seeds": 3, "tokenizer": "bytes", "corpus": "shakespeare", "seq_len": 32,
     "batch_size": 32, "lr": 3e-3, "warmup_steps": 60, "ema": 0.0, "network": ROPE, "eval_suite": "cpu",
@@ -58,7 +58,7 @@ def _settings(steps: int, arms: list[Arm], **changes: Any) -> dict[str, Any]:
     return {**CPU_REVIEW, "tokens": steps * TOKENS_PER_STEP, **changes, "arms": arms}
 
 
-GPU_PRESETS: dict[str, Callable[[], dict[str, Any]]] = {}  # filled by scaling.presets (bind), which imports us
+GPU_PRESETS: dict[str, Callable[[], dict[str, Any]]] = {}  # filled by scaling.study.presets (bind), which imports us
 
 
 def bind(presets: dict[str, Callable[[], dict[str, Any]]]) -> None:
@@ -67,7 +67,7 @@ def bind(presets: dict[str, Callable[[], dict[str, Any]]]) -> None:
 
 
 def _arms(preset: str) -> list[Arm]:
-    """The arms of a GPU-scale preset (scaling.presets), so both scales ask the same question."""
+    """The arms of a GPU-scale preset (scaling.study.presets), so both scales ask the same question."""
     return GPU_PRESETS[preset]()["arms"]
 
 

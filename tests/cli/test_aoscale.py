@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from scaling import aoscale
+from cli import aoscale
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,8 +38,8 @@ def test_a_command_passes_its_exit_status_through(tmp_path, capsys):
 
 
 def test_the_module_form_runs_without_torch():
-    code = "import sys; from scaling.aoscale import main; rc = main(['--help']); sys.exit(10 if 'torch' in sys.modules else rc)"
+    code = "import sys; from cli.aoscale import main; rc = main(['--help']); sys.exit(10 if 'torch' in sys.modules else rc)"
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "scaling.aoscale", "--help"], cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "cli.aoscale", "--help"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0 and "generate" in proc.stdout

@@ -12,7 +12,7 @@
   study's report, analysis.records.carry): with a sweep at one budget, every other budget's runs of a
   family train at its carried lr, an ordinary run field (so it is in their run ids); the swept
   budget still sweeps. The study records the table in study.json's settings. Carried into the swept
-  study's own directory, the new plan extends it (its runs kept: scaling.ledger.extends).
+  study's own directory, the new plan extends it (its runs kept: scaling.run.study_ledger.extends).
 - `budgets` (training FLOPs, `--budgets 1e12,3e12,1e13`): isoFLOP profiles. Per arm and budget,
   `grid_points` sizes (default 5) spaced by `grid_step` (default 2x in core parameters) on a log
   grid centred on the predicted optimum, shapes from `models.ladder.shape_for_params`; each run's
