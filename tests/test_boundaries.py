@@ -277,3 +277,8 @@ def test_the_scaling_order_check_sees_an_upward_import():
              "scaling.plan.dry_run": {"scaling.launch"}, "scaling.launch": {"scaling.run.scheduler"}}
     assert scaling_order_violations(graph) == ["scaling.plan.dry_run imports scaling.launch",
                                                "scaling.study.sweep imports scaling.run.journal"]
+
+
+def test_the_tests_mirror_the_scaling_layout():
+    for part in SCALING_ORDER:
+        assert (REPO / "tests" / "scaling" / part / "__init__.py").exists(), f"tests/scaling/{part}/ is missing"

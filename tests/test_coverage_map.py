@@ -19,13 +19,14 @@ UNTESTED = {
     "cli.outputs": "the output-folder markers, driven through the report and book commands in tests/test_bad_inputs.py",
     "cli.paths": "user paths and special files, driven through every command in tests/test_bad_inputs*.py",
     "jobs.data.rows": "rows of a local corpus, reached through jobs.data.corpus in tests/jobs/data",
-    "jobs.eval.state": "records_gap, reached through the ledger and the pipeline in tests/scaling/test_study*.py",
+    "jobs.eval.state": ("records_gap, reached through the ledger and the pipeline in tests/scaling/study/test_study.py "
+                        "and tests/scaling/test_study_faults.py"),
     "jobs.evaluate.__main__": "a 6-line `python -m` entry point forwarding to jobs.eval.evaluate.main",
     "jobs.generate.__main__": "a 6-line `python -m` entry point forwarding to jobs.eval.generate.main",
     "jobs.train.__main__": "a 6-line `python -m` entry point forwarding to jobs.train.loop.main",
     "jobs.run.allocator": "imported by the child process that tests/jobs/run/test_allocator.py runs (a code string)",
     "models.families.sigma_gpt": "a 20-line alias of aogpt, built through models.build_model in tests/models",
-    "scaling.run.backends": "driven through scaling.launch --backend in tests/scaling/test_backends.py",
+    "scaling.run.backends": "driven through scaling.launch --backend in tests/scaling/run/test_backends.py",
     "scaling.plan.launch_checks": "driven through scaling.launch in tests/scaling/test_launch*.py",
 }
 

@@ -4,7 +4,7 @@ The GPU-scale presets (`pe`, `ema`, `l2r-mix`, `factorial`) keep their names; th
 `-cpu` suffix. Every one has 3 seeds and at least 2 sizes, trains on Shakespeare bytes with the
 quickstart's schedule (seq 32 x batch 32, peak lr 3e-3 after 60 warm-up steps, cosine to 10 %) and
 is sized so that `scaling.launch --dry-run` estimates at most 40 minutes on 2 cores
-(`tests/scaling/test_review_presets.py` checks it). That estimate leaves out start-up and
+(`tests/scaling/study/test_review_presets.py` checks it). That estimate leaves out start-up and
 evaluation, ~30 s per run on one thread (scaling/plan/dry_run.py); `REAL_S_PER_RUN` projects it.
 
 Networks and budgets (docs/results/quickstart-tuning.md, docs/results/laptop/):

@@ -14,7 +14,7 @@ from scaling.plan.dry_run import RUN_OVERHEAD_S, cpu_hours, gpu_hours, plan_rows
 from scaling.study.presets import FRONTIER_BUDGETS
 from scaling.study.study_spec import build_study
 
-LAPTOP_PLATEAU = Path(__file__).parents[2] / "docs" / "results" / "laptop" / "tables" / "plateau.csv"
+LAPTOP_PLATEAU = Path(__file__).parents[3] / "docs" / "results" / "laptop" / "tables" / "plateau.csv"
 
 
 def _tags(cell):

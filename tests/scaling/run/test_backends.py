@@ -22,7 +22,7 @@ from scaling.study.study_spec import build_study
 from tests.jobs.executors.cluster_runs import training_starts, wait_until
 from tests.jobs.executors.test_slurm import PROBLEM as SLURM_PROBLEM
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 cluster = pytest.mark.skipif(bool(SLURM_PROBLEM), reason=SLURM_PROBLEM or "cluster up")
 # two tiny runs (0.1M and 0.3M, so the report has a curve to fit)
 TINY = ["--sizes", "0.1M,0.3M", "--families", "ar", "--seeds", "1", "--max-steps", "4", "--seq-len", "32",

@@ -20,7 +20,7 @@ from scaling import launch, status
 from scaling.run import journal, study_ledger
 from tests.test_bad_inputs import assert_refused
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 FLAGS = ["--families", "ar", "--sizes", "0.1M", "--seeds", "1", "--max-steps", "2", "--seq-len", "32",
          "--no-progress", "--no-report"]
 POINTS = ("relaunch-journalled", "relaunch-study-written", "relaunch-spec-written")

@@ -14,7 +14,7 @@ from scaling.plan.dry_run import VOCAB_SIZES, gpu_hours, plan_rows
 from scaling.study.presets import PRESETS, QUICKSTART_TOKENS
 from scaling.study.study_spec import StudyError, build_study, load_toml
 
-GOLDEN = Path(__file__).parent / "golden" / "quickstart_run_ids.json"
+GOLDEN = Path(__file__).parents[1] / "golden" / "quickstart_run_ids.json"
 
 
 def flags(**kw):
