@@ -168,3 +168,14 @@ def test_a_contrast_is_paired_by_seed_where_the_report_has_per_run_values():
     assert review_book.paired(points, plateau, contrast) is not None
     assert review_book.paired(points, swept, contrast) is None  # which candidate was chosen is not in the table
     assert "(Welch, " in review_book.verdict_md("dec-enc-cpu", points, swept)
+
+
+def test_a_trained_studys_section_names_the_numerics_paths_its_runs_recorded(tmp_path):
+    from jobs.run import numerics
+    ar = numerics.NumericsPath("cpu", "AVX2", "2.13.0", numerics.NOT_USED, 1, "fp32", False)
+    ao = numerics.NumericsPath("cpu", "AVX2", "2.13.0", "a56449e26daa70e1", 1, "fp32", False)
+    for run_id, path in (("r0", ar), ("r1", ao), ("r2", ao)):
+        (tmp_path / "runs" / run_id).mkdir(parents=True)
+        numerics.record_segment(tmp_path / "runs" / run_id, 0, path)
+    assert review_book.numerics_text(tmp_path) == (f"{ar.id} ({ar.label}; 1 run); {ao.id} ({ao.label}; 2 runs)")
+    assert review_book.numerics_text(tmp_path / "nowhere") is None
