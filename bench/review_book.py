@@ -235,8 +235,10 @@ VERDICTS: dict[str, Verdict] = {
         (Contrast("infill_nll", "0.1M", "sigma_gpt/input+uniform", "ar/base"),),
         (SHARED_LR, UNDERTRAINED, "one CPU thread at 32-byte contexts for every time")),
     "pe-lr-cpu": Verdict(
-        "open", "adaLN is the best target-position injection (paper Figures 6-7), each arm at its own lr",
-        TO_REVISIT, (Contrast("nll_anyorder", "0.1M", "aogpt/input+mix:0.1", "aogpt/adaln+mix:0.1"),),
+        "contradicts", "adaLN is the best target-position injection (paper Figures 6-7), each arm at its own lr",
+        "Trained: every arm chose lr 3e-3 on validation, inside its sweep (1e-3, 3e-3, 1e-2; no end-of-sweep "
+        "warning), and on the test slice adaLN is worse than input injection with a paired interval that excludes 0, "
+        "at this size and step count", (Contrast("nll_anyorder", "0.1M", "aogpt/input+mix:0.1", "aogpt/adaln+mix:0.1"),),
         ("one size (0.1M)", UNDERTRAINED)),
     "factorial-lr-cpu": Verdict(
         "open", "σ-GPT beats AO-GPT‡, each arm at its own lr", TO_REVISIT,
@@ -321,6 +323,23 @@ def verdict_md(preset: str, points: pl.DataFrame, plateau: pl.DataFrame | None =
     return (f"**Verdict: {v.word}.** Claim: {v.claim}. {v.why}.\n\n"
             f"**Contrast.** {'; '.join(shown) or 'none yet'}.\n\n"
             f"**Confounds it does not remove.** {'; '.join(v.confounds)}.\n\n")
+
+
+def contrast_table(preset: str, report_dir: Path) -> pl.DataFrame:
+    """The verdict's contrasts as rows (arm − base, mean, lo, hi, n, pairing), from the report's tables:
+    shipped beside a section so its quoted contrast can be found (tests/test_results_numbers.py)."""
+    points = pl.read_csv(report_dir / "tables" / "points.csv")
+    plateau_csv = report_dir / "tables" / "plateau.csv"
+    plateau = pl.read_csv(plateau_csv) if plateau_csv.exists() else None
+    rows = []
+    for c in VERDICTS[preset].contrasts:
+        p = paired(points, plateau, c)
+        d = welch(points, c) if p is None else None
+        if p is not None or d is not None:
+            mean, lo, hi, n = p if p is not None else (*d[:3], None)
+            rows.append({"preset": preset, "metric": c.metric, "size": c.size, "arm": c.arm, "base": c.base,
+                         "mean": mean, "lo": lo, "hi": hi, "n": n, "pairing": "seed" if p is not None else "welch"})
+    return pl.DataFrame(rows)
 
 
 def launch_command(preset: str, study_dir: Path, extra: list[str]) -> list[str]:
@@ -566,6 +585,7 @@ def write_section(out: Path, preset: str, run: dict, report: Path) -> int:
         print(one_line(str(error)), file=sys.stderr)
         return 1
     (out / f"{preset}.md").write_text(text)
+    contrast_table(preset, report).write_csv(out / f"{preset}.contrasts.csv")
     print(f"{preset}: {run['wall_s'] / 60:.1f} min -> {out / (preset + '.md')}")
     return 0
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
@@ -179,3 +180,14 @@ def test_a_trained_studys_section_names_the_numerics_paths_its_runs_recorded(tmp
         numerics.record_segment(tmp_path / "runs" / run_id, 0, path)
     assert review_book.numerics_text(tmp_path) == (f"{ar.id} ({ar.label}; 1 run); {ao.id} ({ao.label}; 2 runs)")
     assert review_book.numerics_text(tmp_path / "nowhere") is None
+
+
+@pytest.mark.parametrize("preset", ["pe-lr-cpu", "ema-long-cpu"])
+def test_the_shipped_contrast_table_holds_the_sections_paired_contrast(preset):
+    folder = LAPTOP.parents[1] / "review" / preset
+    table = review_book.contrast_table(preset, folder)
+    (row,) = table.to_dicts()
+    assert row["pairing"] == "seed" and row["n"] == 3
+    quoted = f"{row['mean']:+.3f} [{row['lo']:+.3f}, {row['hi']:+.3f}] (paired by seed, n = 3)"
+    assert quoted in (folder / "README.md").read_text()
+    assert table.equals(pl.read_csv(folder / "tables" / "verdict_contrasts.csv"))
