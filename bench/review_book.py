@@ -310,17 +310,19 @@ def verdict_md(preset: str, points: pl.DataFrame, plateau: pl.DataFrame | None =
     """The section's verdict line, its contrasts (paired by seed where the report's per-run values allow,
     else Welch from the arms' seed intervals, said to be unpaired) and the confounds it does not remove."""
     v = VERDICTS[preset]
-    shown = []
+    shown, word, why = [], v.word, v.why
     for c in v.contrasts:
         what = f"{c.arm} − {c.base}, {c.metric} at {c.size}"
         p = paired(points, plateau, c)
         d = welch(points, c) if p is None else None
+        if word != "open" and (p is None or p[1] <= 0 <= p[2]):  # a word past open needs a paired interval off 0
+            word, why = "open", "The declared verdict needs a paired interval that excludes 0, and this study's does not"
         if p is not None:
             shown.append(f"{what}: {p[0]:+.3f} [{p[1]:+.3f}, {p[2]:+.3f}] (paired by seed, n = {p[3]})")
         elif d is not None:
             shown.append(f"{what}: {d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}] (Welch, {d[3]:.1f} dof; unpaired: the "
                          "tables hold no per-seed values to pair)")
-    return (f"**Verdict: {v.word}.** Claim: {v.claim}. {v.why}.\n\n"
+    return (f"**Verdict: {word}.** Claim: {v.claim}. {why}.\n\n"
             f"**Contrast.** {'; '.join(shown) or 'none yet'}.\n\n"
             f"**Confounds it does not remove.** {'; '.join(v.confounds)}.\n\n")
 

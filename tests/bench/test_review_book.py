@@ -191,3 +191,15 @@ def test_the_shipped_contrast_table_holds_the_sections_paired_contrast(preset):
     quoted = f"{row['mean']:+.3f} [{row['lo']:+.3f}, {row['hi']:+.3f}] (paired by seed, n = 3)"
     assert quoted in (folder / "README.md").read_text()
     assert table.equals(pl.read_csv(folder / "tables" / "verdict_contrasts.csv"))
+
+
+def test_a_declared_contradicts_falls_back_to_open_when_the_paired_interval_holds_zero():
+    folder = LAPTOP.parents[1] / "review" / "ema-long-cpu"
+    points = pl.read_csv(folder / "tables" / "points.csv")
+    plateau = pl.read_csv(folder / "tables" / "plateau.csv")
+    assert review_book.verdict_md("ema-long-cpu", points, plateau).startswith("**Verdict: contradicts.**")
+    arm = pl.col("variant") == "adaln+ema0.9999+mix:0.1"
+    noisy = plateau.with_columns(pl.when(arm & (pl.col("seed") == 0)).then(pl.col("value") - 0.5)
+                                 .otherwise(pl.col("value")).alias("value"))  # one seed now favours 0.9999
+    text = review_book.verdict_md("ema-long-cpu", points, noisy)
+    assert text.startswith("**Verdict: open.**") and "needs a paired interval that excludes 0" in text
