@@ -489,11 +489,7 @@ def repeats_md(path: Path) -> str:
 def numerics_text(study_dir: Path) -> str | None:
     """The study's numerics paths as `scaling.status` names them (id, label, runs; jobs/run/numerics.py),
     or None where no run recorded one."""
-    counts: dict[str, tuple[str, int]] = {}
-    for run_dir in sorted((study_dir / "runs").glob("*")):
-        for path in numerics.segment_paths(run_dir):
-            label, n = counts.get(path.id, (path.label, 0))
-            counts[path.id] = (label, n + 1)
+    counts = numerics.path_counts(sorted((study_dir / "runs").glob("*")))
     return "; ".join(f"{key} ({label}; {n} run{'s' if n != 1 else ''})" for key, (label, n) in counts.items()) or None
 
 

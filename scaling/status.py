@@ -125,15 +125,13 @@ def _numerics(run_dir: Path) -> str:
 def numerics_lines(study_dir: Path, rows: list[tuple[str, ...]]) -> list[str]:
     """One line per numerics path the study's runs trained on (id, label, runs), and a warning
     line when there is more than one: such runs differ beyond float rounding (docs/DESIGN.md)."""
-    paths: dict[str, tuple[str, int]] = {}
+    run_dirs = []
     for row in rows:
         try:
-            found = numerics.segment_paths(study_ledger.run_dir(study_dir, row[0]))
-        except InputError:
+            run_dirs.append(study_ledger.run_dir(study_dir, row[0]))
+        except InputError:  # an id that is no run folder: its row already says so
             continue
-        for path in found:
-            label, n = paths.get(path.id, (path.label, 0))
-            paths[path.id] = (label, n + 1)
+    paths = numerics.path_counts(run_dirs)
     lines = [f"numerics {key}: {label} ({n} run{'s' if n != 1 else ''})" for key, (label, n) in paths.items()]
     if numerics_ids.conflicting(list(paths)):
         lines.append(f"warning: the runs trained on {len(paths)} numerics paths; their values differ beyond "

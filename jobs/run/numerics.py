@@ -116,6 +116,21 @@ def segment_paths(run_dir: str | Path) -> list[NumericsPath]:
     return list(dict.fromkeys(paths))
 
 
+def path_counts(run_dirs: list[Path]) -> dict[str, tuple[str, int]]:
+    """Path id -> (label, runs that trained on it) over `run_dirs`, in first-seen order; a run whose
+    numerics.json is damaged is left out (status shows it `unreadable`)."""
+    counts: dict[str, tuple[str, int]] = {}
+    for run_dir in run_dirs:
+        try:
+            found = segment_paths(run_dir)
+        except InputError:
+            continue
+        for path in found:
+            label, n = counts.get(path.id, (path.label, 0))
+            counts[path.id] = (label, n + 1)
+    return counts
+
+
 def _trained_before(run_dir: Path, step: int) -> list[dict[str, Any]]:
     """The segments whose steps the checkpoint at `step` holds (later ones are redone)."""
     return [s for s in read_segments(run_dir) if int(s["from_step"]) < step]
