@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.run import files as runfiles
-from cli import int_arg, rules
+from cli import Busy, int_arg, rules
 from cli.options import option
 from jobs.executors import PIPELINE, failure_count, record_crash, resolve, run_exclusive
 
@@ -311,8 +311,15 @@ class SlurmExecutor:
         """Run dir name -> handle, for those of `run_dirs` whose Slurm job (from an earlier
         submission) is still pending or running: a relaunch waits on it instead of resubmitting."""
         poller = _QueuePoller(self.study_dir)
-        queued = {run: info["job_id"] for run, info in queue_states(self.study_dir).items()
-                  if queue_active(info["queue_state"])}
+        states = None
+        for _ in range(QUEUE_READ_TRIES):
+            if (states := queue_states(self.study_dir, strict=False)) is not None:
+                break
+            time.sleep(QUEUE_POLL_S)
+        if states is None:  # a job missed here would be submitted again: never guess
+            raise Busy(f"slurm: squeue or sacct failed {QUEUE_READ_TRIES} times, so the study's queued jobs "
+                       "are unknown and nothing was submitted; run the launcher again when the controller answers")
+        queued = {run: info["job_id"] for run, info in states.items() if queue_active(info["queue_state"])}
         return {Path(d).name: QueuedHandle(poller, Path(d), queued[Path(d).name])
                 for d in run_dirs if Path(d).name in queued}
 
@@ -373,6 +380,7 @@ def _merge_json(path: Path, entries: dict[str, str]) -> None:
 
 ACTIVE_LEDGER_STATES = ("pending", "running", "preempted")  # queue states of a job still to run
 QUEUE_POLL_S = 2.0  # squeue/sacct at most this often per study
+QUEUE_READ_TRIES = 5  # a relaunch asks this often before it gives up (Busy) rather than guess
 
 
 def queue_active(queue_state: str) -> bool:
@@ -390,7 +398,10 @@ class _QueuePoller:
 
     def get(self, run_id: str) -> str:
         if time.monotonic() - self._at >= QUEUE_POLL_S:
-            self._states, self._at = queue_states(self.study_dir), time.monotonic()
+            states = queue_states(self.study_dir, strict=False)
+            if states is not None:  # squeue or sacct did not answer: keep the last view, ask again later
+                self._states = states
+            self._at = time.monotonic()
         return self._states.get(run_id, {}).get("queue_state", "UNKNOWN")
 
 
@@ -422,26 +433,34 @@ class QueuedHandle:
         return _ledger_state(self.run_dir)
 
 
-def queue_states(study_dir: str | Path) -> dict[str, dict[str, str]]:
+def queue_states(study_dir: str | Path, strict: bool = True) -> dict[str, dict[str, str]] | None:
     """run_id -> {"job_id", "queue_state"} for the study's Slurm jobs (for `scaling.status`).
 
     Active tasks come from `squeue`, finished ones from `sacct`; "UNKNOWN" when neither knows.
+    When either command fails (a busy controller, a timeout) every job reads "UNKNOWN", or with
+    `strict=False` the answer is None, so a waiter or a relaunch never takes a silent queue for an
+    empty one.
     """
     path = Path(study_dir) / "logs" / "slurm" / JOBS_FILE
     if not path.exists():
         return {}
     jobs = json.loads(path.read_text())
     states = _scheduler_states(sorted({j.split("_")[0] for j in jobs.values()}))
+    if states is None and not strict:
+        return None
+    states = states or {}
     return {run: {"job_id": job, "queue_state": states.get(job, "UNKNOWN")} for run, job in jobs.items()}
 
 
-def _scheduler_states(array_ids: list[str]) -> dict[str, str]:
+def _scheduler_states(array_ids: list[str]) -> dict[str, str] | None:
     if not array_ids or shutil.which("squeue") is None:
         return {}
     joined = ",".join(array_ids)
     states: dict[str, str] = {}
     sacct = _run_lines(["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", joined])
-    squeue = _run_lines(["squeue", "-h", "-r", "-o", "%i|%T", "-j", joined])
+    squeue = None if sacct is None else _run_lines(["squeue", "-h", "-r", "-o", "%i|%T", "-j", joined])
+    if sacct is None or squeue is None:
+        return None
     for line in sacct + squeue:  # squeue last: it is the live view
         job, _, state = line.partition("|")
         if state:
@@ -449,9 +468,10 @@ def _scheduler_states(array_ids: list[str]) -> dict[str, str]:
     return states
 
 
-def _run_lines(cmd: list[str]) -> list[str]:
+def _run_lines(cmd: list[str]) -> list[str] | None:
+    """The command's stdout lines; None when it failed or timed out."""
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=SLURM_CMD_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired):
-        return []
-    return proc.stdout.splitlines() if proc.returncode == 0 else []
+        return None
+    return proc.stdout.splitlines() if proc.returncode == 0 else None

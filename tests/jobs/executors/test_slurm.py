@@ -7,6 +7,7 @@ uninterrupted run; a job killed without a result must come back as failed.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -14,6 +15,8 @@ import subprocess
 
 import pytest
 
+from cli import Busy
+from jobs.executors import slurm
 from jobs.executors.slurm import (SlurmExecutor, SlurmOptions, parse_additional, parse_time_min,
                                   queue_states, submitit_parameters, validate_slurm_options)
 from tests.jobs.executors import cluster_runs
@@ -142,6 +145,38 @@ def test_cancelled_task_of_an_already_failed_run_counts_another_failure(tmp_path
 def test_unknown_partition_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"^slurm_partition: unknown partition 'nope'.*debug"):
         validate_slurm_options(SlurmOptions(partition="nope"))
+
+
+@pytest.fixture()
+def silent_controller(tmp_path, monkeypatch):
+    """A real Slurm configuration whose controller and accounting do not answer: sacct fails at once."""
+    if shutil.which("sacct") is None or shutil.which("squeue") is None:
+        pytest.skip("sacct/squeue not installed")
+    conf = tmp_path / "silent" / "slurm.conf"
+    conf.parent.mkdir()
+    conf.write_text("ClusterName=silent\nSlurmctldHost=localhost\nSlurmctldPort=9\n"
+                    "NodeName=localhost CPUs=1 State=UNKNOWN\nPartitionName=debug Nodes=localhost Default=YES\n")
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    monkeypatch.setattr(slurm, "QUEUE_POLL_S", 0.05)
+    study = tmp_path / "study"
+    (study / "logs" / "slurm").mkdir(parents=True)
+    (study / "logs" / "slurm" / slurm.JOBS_FILE).write_text(json.dumps({"aaaaaaaaaaaa": "41_0"}))
+    return study
+
+
+def test_a_queue_that_does_not_answer_is_never_read_as_empty(silent_controller):
+    study = silent_controller
+    assert queue_states(study, strict=False) is None
+    assert queue_states(study) == {"aaaaaaaaaaaa": {"job_id": "41_0", "queue_state": "UNKNOWN"}}  # status's view
+    # a relaunch would resubmit a job it cannot see: it refuses instead, having submitted nothing
+    with pytest.raises(Busy, match=r"^slurm: squeue or sacct failed 5 times.*nothing was submitted"):
+        SlurmExecutor(study, SlurmOptions()).attach([study / "runs" / "aaaaaaaaaaaa"])
+    # a waiter keeps its last view of the queue (a RUNNING job stays running) instead of calling it gone
+    poller = slurm._QueuePoller(study)
+    poller._states, poller._at = {"aaaaaaaaaaaa": {"job_id": "41_0", "queue_state": "RUNNING"}}, float("-inf")
+    handle = slurm.QueuedHandle(poller, study / "runs" / "aaaaaaaaaaaa", "41_0")
+    assert handle.queue_state == "RUNNING" and not handle.done()
+    assert poller._at > float("-inf")  # it did ask
 
 
 def test_bad_resources_are_refused_before_slurm_is_asked():

@@ -6,8 +6,10 @@ a local 2-CPU Ray started and shut down by the launcher).
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -146,11 +148,13 @@ def _status(study: Path, path_env: str | None = None) -> subprocess.CompletedPro
 
 
 def _table(out: str) -> list[dict[str, str]]:
-    """The status table's rows as dicts, cut at the header's (fixed-width) column starts."""
+    """The status table's rows as dicts, cut at the header's (fixed-width) column starts; the table
+    ends at its first line that does not start with a run id (the counts, then one line per path)."""
     lines = out.strip().splitlines()
     names = lines[0].split()
     starts = [lines[0].index(f"{name}") for name in names] + [None]
-    return [{name: line[a:b].strip() for name, a, b in zip(names, starts, starts[1:])} for line in lines[1:-1]]
+    rows = list(itertools.takewhile(lambda line: re.match(r"[0-9a-f]{12}  ", line), lines[1:]))
+    return [{name: line[a:b].strip() for name, a, b in zip(names, starts, starts[1:])} for line in rows]
 
 
 def test_status_shows_the_queue_column_only_for_slurm_studies_and_survives_without_slurm(tmp_path, capsys):
@@ -210,9 +214,18 @@ def test_slurm_launch_submits_one_array_and_returns_then_wait_writes_the_report(
     assert json.loads((study / "logs" / "slurm" / "jobs.json").read_text()) == jobs
     for run_id in jobs:
         assert training_starts(study_ledger.run_dir(study, run_id)) == [0]
-    # the result is written just before the task exits; sacct catches up a moment later
-    wait_until(lambda: {r["queue"] for r in _table(_status(study).stdout)} == {"COMPLETED"}, 30,
-               "sacct to show the array COMPLETED")
+    # the result is written just before the task exits; sacct catches up later (slurmdbd's agent
+    # queue: seconds here, tens of seconds on a loaded machine), so the wait names what it last saw
+    seen: list[set[str]] = []
+
+    def completed() -> bool:
+        seen.append({r["queue"] for r in _table(_status(study).stdout)})
+        return seen[-1] == {"COMPLETED"}
+
+    try:
+        wait_until(completed, 180, "sacct to show the array COMPLETED")
+    except AssertionError as error:
+        raise AssertionError(f"{error}; queue states seen last: {seen[-1]}") from None
     proc = _status(study)
     assert proc.returncode == 0 and {r["state"] for r in _table(proc.stdout)} == {"done"}
 
