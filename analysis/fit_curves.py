@@ -175,9 +175,9 @@ def _analyse_one(inputs: Inputs, bootstrap: int, x: str, seed: int) -> Analysis:
     records, weights, weight_notes = fairness.choose_weights(records, inputs.options)
     final, latest_notes = latest(records)
     chosen = select(final)  # swept settings chosen on validation; every split but validation reported
-    final = chosen.reported
+    every_run, final = final, chosen.reported
     notes += weight_notes + latest_notes + repetition_notes(final)
-    plateau = fairness.plateau_table(final)
+    plateau = fairness.plateau_table(final, baselines=every_run)
     flags = fairness.flagged(plateau)
     sized, budget_notes = one_budget(final)  # one size, one compute budget
     fit_input, distinct_notes = distinct.fitted_records(sized)

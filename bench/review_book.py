@@ -619,7 +619,18 @@ def main(argv: list[str] | None = None) -> int:
             failed = 1
             continue
         failed |= write_section(out, preset, run, report)
+    write_verdicts(out)
     return failed
+
+
+def write_verdicts(out: Path) -> None:
+    """`<out>/verdicts.csv`: every section's verdict contrasts in the book (its `<preset>.contrasts.csv`
+    files, in SECTIONS order), the table the book's index quotes."""
+    frames = [pl.read_csv(out / f"{preset}.contrasts.csv") for preset in SECTIONS
+              if (out / f"{preset}.contrasts.csv").is_file()]
+    frames = [f for f in frames if f.height]
+    if frames:
+        pl.concat(frames, how="diagonal_relaxed").write_csv(out / "verdicts.csv")
 
 
 if __name__ == "__main__":

@@ -108,9 +108,14 @@ def ema_effect(records: pl.DataFrame) -> pl.DataFrame:
     return seed_table(diffs, ["family", "variant", "size", "dataset", "split", "metric"])
 
 
-def plateau_table(final: pl.DataFrame) -> pl.DataFrame:
-    """Per run and dataset: each flagged metric, the baseline, the margin below it and the flag."""
-    base = (final.filter(pl.col("metric") == BASELINE_METRIC)
+def plateau_table(final: pl.DataFrame, baselines: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Per run and dataset: each flagged metric, the baseline, the margin below it and the flag.
+
+    `baselines`: the records to read each run's BASELINE_METRIC from (default `final`). After a
+    sweep's selection each metric keeps its own chosen runs while the baseline follows the fallback
+    metric's, so the unselected records must be passed: otherwise a run chosen for one metric only
+    would lose its rows here."""
+    base = ((final if baselines is None else baselines).filter(pl.col("metric") == BASELINE_METRIC)
             .group_by(["run_id", "dataset", "split"]).agg(pl.col("value").mean().alias("baseline")))
     if base.is_empty():
         return pl.DataFrame()

@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("family", "size", "corpus", "tokenizer", "engine", "precision"):
         p.add_argument(f"--{name.replace('_', '-')}")
     p.add_argument("--compile", help="torch.compile the core: auto (on GPU; on CPU for training where "
-                                     "jobs.cpu_compile measured that it pays) | on | off")
+                                     "jobs.run.cpu_compile measured that it pays) | on | off")
     for name in ("steps", "tokens", "batch_size", "micro_batch_size", "seq_len", "warmup", "seed",
                  "zero_stage", "checkpoint_every", "eval_every", "log_every"):
         p.add_argument(f"--{name.replace('_', '-')}", type=int_arg)

@@ -67,6 +67,10 @@ def test_sections_only_rewrites_a_section_as_a_script_from_any_folder(tmp_path):
                           cwd=tmp_path, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "2.779 [2.691, 2.867] (n=3)" in (tmp_path / "book" / "dec-enc-cpu.md").read_text()
+    # the book's index table: every written section's verdict contrasts, one row each
+    verdicts = pl.read_csv(tmp_path / "book" / "verdicts.csv")
+    assert verdicts.equals(pl.read_csv(tmp_path / "book" / "dec-enc-cpu.contrasts.csv"))
+    assert verdicts["preset"].to_list() == ["dec-enc-cpu"] * len(review_book.VERDICTS["dec-enc-cpu"].contrasts)
     (study / review_book.RUN_FILE).unlink()
     proc = subprocess.run([sys.executable, str(script), "--sections-only", "--presets", "dec-enc-cpu",
                            "--studies-root", str(tmp_path / "studies"), "--out", str(tmp_path / "book2")],

@@ -87,3 +87,27 @@ def test_the_report_shows_gen_ppl_beside_entropy_and_names_the_judge():
     ((*keys, ppl, entropy, seconds, spread),) = blocks[2].rows
     assert ppl.startswith("30.5 [") and ppl.endswith("(n=2)") and entropy.startswith("4.5 [")
     assert keys[-2:] == ["None", "None"] and seconds == "" and spread == ""  # no sampling setting, no timing
+
+
+def test_a_run_chosen_for_one_metric_only_keeps_its_plateau_rows():
+    """A sweep where lr 1e-3 wins L2R and 1e-2 wins any-order: each metric's chosen runs are checked
+    against the unigram baseline (before, the baseline followed nll_l2r's choice and the any-order
+    rows of the 1e-2 runs fell out of the table, so a report could not pair or flag them)."""
+    rows = []
+    for seed in range(3):
+        for lr, l2r, anyorder in ((1e-3, 2.50, 2.80), (1e-2, 2.60, 2.70)):
+            base = {"study": "s", "run_id": synth.run_id(lr, seed), "family": "aogpt", "variant": "v", "size": "0.1M",
+                    "n_params": 10**5, "n_params_family": 10**5, "tokens": 10**6, "flops": 6e11, "seed": seed,
+                    "step": 100, "dataset": "shakespeare", "sweep_lr": lr, "se": 0.001, "n_samples": 1000, "m": None,
+                    "unit": "nats/byte"}
+            for split in ("validation", "test"):
+                for metric, value in (("nll_l2r", l2r), ("nll_anyorder", anyorder), ("nll_unigram", 3.3)):
+                    rows.append({**base, "split": split, "metric": metric, "value": value + 0.01 * seed})
+    a = _analyse(pl.DataFrame(rows, schema_overrides={"m": pl.Int64}))
+    table = a.plateau
+    by_metric = {m: table.filter(pl.col("metric") == m) for m in ("nll_l2r", "nll_anyorder")}
+    assert {m: t.height for m, t in by_metric.items()} == {"nll_l2r": 3, "nll_anyorder": 3}
+    assert set(by_metric["nll_l2r"]["run_id"]) == {synth.run_id(1e-3, s) for s in range(3)}
+    assert set(by_metric["nll_anyorder"]["run_id"]) == {synth.run_id(1e-2, s) for s in range(3)}
+    assert (table["baseline"] == 3.3 + 0.01 * table["seed"]).all() and set(table["split"]) == {"test"}
+    assert not table["plateau"].any()
