@@ -76,7 +76,9 @@ def test_the_deconfounding_presets_sweep_3_lr_per_arm_and_report_on_test(name):
     from jobs.data.suites import EvalSuite
 
     assert EvalSuite.parse(PRESETS[name]()["eval_suite"]).suite.test_split  # chosen on validation, reported on test
-    assert max(_projected_min(study)) <= 60
+    # the dry-run's estimate within the hour a section may take; the start-up term errs long (factorial-lr-cpu's
+    # 108 runs: 47 min estimated, 74 with it, 22.3 min measured alone, docs/results/review/README.md)
+    assert _projected_min(study)[0] <= 60
 
 
 def test_the_long_ema_study_trains_past_the_step_where_0999_and_09999_part():
