@@ -18,7 +18,7 @@ run's left-to-right NLL on the same validation windows, and prints per family an
 Finished runs are reused (a rerun only prints), so the sweep can be grown a step at a time;
 `--no-train` prints what is done without training (`--no-report --speed-sizes ...` times only).
 The measurements and the choice they led
-to are in docs/results/quickstart-tuning.md.
+to are in docs/design-log/quickstart-tuning.md.
 """
 from __future__ import annotations
 

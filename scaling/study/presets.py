@@ -55,7 +55,7 @@ def _aogpt(factors: dict[str, Any], **changes: Any) -> Arm:
     return Arm("aogpt", options, ema, factors)
 
 
-# Quickstart (docs/results/quickstart/, quickstart-tuning.md): AR, AO-GPT (adaLN, mix:0.1) and
+# Quickstart (docs/results/quickstart/, docs/design-log/quickstart-tuning.md): AR, AO-GPT (adaLN, mix:0.1) and
 # MDLM at 2/48/2 and 0.1M (57k and 100k core parameters), 3 seeds, EMA off, rotary positions for
 # every family (network gpt2,pos=rope), 600 steps of 32 sequences x 32 bytes (614,400 tokens per
 # run), peak lr 3e-3 (the width rule's cap) after 60 warm-up steps. Three seeds because with two,
@@ -74,7 +74,7 @@ QUICKSTART: dict[str, Any] = {
     "eval_suite": "cpu",
 }
 QUICKSTART_FAMILIES = ("ar", "aogpt", "mdm")
-# Laptop study (docs/results/quickstart-tuning.md, "Measured throughput"): 4 sizes x 3 seeds,
+# Laptop study (docs/design-log/quickstart-tuning.md, "Measured throughput"): 4 sizes x 3 seeds,
 # budgets proportional to size (8 tokens per core parameter: 0.44M tokens at 2/48/2 ... 2.7M at
 # 0.3M), the quickstart's network (RoPE), sequence length, batch, lr and warm-up, EMA off for every
 # family. Sizes span 6x in core parameters (55k ... 336k): one thread trains 0.3M at ~8k tokens/s

@@ -7,7 +7,7 @@ is sized so that `scaling.launch --dry-run` estimates at most 40 minutes on 2 co
 (`tests/scaling/study/test_review_presets.py` checks it). That estimate leaves out start-up and
 evaluation, ~30 s per run on one thread (scaling/plan/dry_run.py); `REAL_S_PER_RUN` projects it.
 
-Networks and budgets (docs/results/quickstart-tuning.md, docs/results/laptop/):
+Networks and budgets (docs/design-log/quickstart-tuning.md, docs/results/laptop/):
 - rotary positions (`gpt2,pos=rope`) for every study but `pe-cpu`: with them AO-GPT and MDLM leave
   the unigram plateau within a few hundred steps (laptop: AO-GPT 2/48/2 ends 0.34 nats/byte below
   it after 430 steps, MDLM 0.20);
