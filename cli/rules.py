@@ -3,7 +3,7 @@
 A rule takes the field's name (as the user wrote it: `seeds`, `run.beta1`, `arms[2].family`) and
 a value, and returns the value normalised (an int stays an int, a comma list becomes a tuple) or
 raises `cli.InputError` with one line `<field>: <value> <phrase>; <fix>`. Study settings
-(`scaling.study.settings`), run specs (`jobs.train.rules`) and the launch flags all use these, so the
+(`scaling.study.settings`), run specs (`jobs.train.spec_rules`) and the launch flags all use these, so the
 phrase "must be a positive integer" exists in one place.
 """
 from __future__ import annotations

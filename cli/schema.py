@@ -172,7 +172,7 @@ GAIN = Kind("an ensemble gain", {
     required=("size", "m_min", "m_max"))
 ENSEMBLE = Kind("an ensemble study", {"family": rules.text, "variant": string, "gains": list_of(nested(GAIN))},
                 required=("family", "variant", "gains"))
-FITS = Kind("fits.json", {  # what --carry-lr-from and the results book (bench/review_book.py) read
+FITS = Kind("fits.json", {  # what --carry-lr-from and the results book (reference/review_book.py) read
     "selection": optional(nested(SELECTION)), "weights": rules.text, "arm_weights": list_of(nested(ARM_WEIGHTS)),
     "plateau_runs": list_of(rules.text), "ensemble": list_of(nested(ENSEMBLE))},
     fix="rebuild the report: python -m analysis.fit_curves <study>")

@@ -20,7 +20,7 @@ MOVES = {
     "jobs.allocator": "jobs.run.allocator",
     "jobs.data": "jobs.data.corpus", "jobs.tokenizers": "jobs.data.tokenizers", "jobs.tokencache": "jobs.data.tokencache",
     "jobs.unigram": "jobs.data.unigram", "jobs.datasets": "jobs.data.datasets", "jobs.suites": "jobs.data.suites",
-    "jobs.preflight": "jobs.train.preflight", "jobs.run_checks": "jobs.train.rules", "jobs.train": "jobs.train.loop",
+    "jobs.preflight": "jobs.train.preflight", "jobs.run_checks": "jobs.train.spec_rules", "jobs.train": "jobs.train.loop",
     "jobs.train_cli": "jobs.train.cli", "jobs.engines": "jobs.train.engines", "jobs.ds_config": "jobs.train.ds_config",
     "jobs.checkpoint": "jobs.train.checkpoint",
     "jobs.evaluate": "jobs.eval.evaluate", "jobs.generate": "jobs.eval.generate", "jobs.records": "jobs.eval.records",

@@ -26,8 +26,7 @@ from scaling.run import study_ledger
 from scaling.study.study_spec import build_study
 from tests.test_bad_inputs import assert_refused, snapshot, write_records
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import review_book  # noqa: E402
+from reference import review_book
 
 REPO = Path(__file__).resolve().parents[1]
 MAINS = {"train": train.main, "evaluate": evaluate.main, "generate": generate.main,

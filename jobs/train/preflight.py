@@ -3,7 +3,7 @@
 `check_run(run_dir, spec)` is what `jobs.train` runs first, and `scaling.plan.launch_checks` runs the
 same checks over every run of a study before the launcher writes the study:
 
-- each field by its one rule and the rules between fields (`jobs.train.rules.validate`);
+- each field by its one rule and the rules between fields (`jobs.train.spec_rules.validate`);
 - the model's own rules (family, size, options, context), without building the model, and that
   the family provides every capability its evaluation suite uses (`jobs.data.suites.Suite.capabilities`);
 - memory of the model's training state and activations against this machine;
@@ -31,12 +31,12 @@ import torch
 from cli import InputError
 from cli.environment import hf_offline, world_size
 from jobs.data import corpus as data
-from jobs.train.rules import check_run_dir, validate
+from jobs.train.spec_rules import check_run_dir, validate
 from jobs.run.files import SPEC_FILE, checkpoint_steps
 from jobs.run.spec import RunSpec
 from jobs.data.suites import SUITES, EvalSuite
 from cli.paths import not_nested, user_path
-from jobs.train.rules import check_fields
+from jobs.train.spec_rules import check_fields
 from jobs.run.files import NESTING_MARKERS, RUNS_DIR
 from models import FAMILIES
 from models.families.base import capabilities, resolve_options
@@ -54,7 +54,7 @@ HUB_HOST = "huggingface.co"
 
 
 def check_types(fields: dict[str, Any]) -> None:
-    """Each RunSpec field present in `fields` by its rule (jobs.train.rules.FIELD_RULES): integers
+    """Each RunSpec field present in `fields` by its rule (jobs.train.spec_rules.FIELD_RULES): integers
     (not bools) for counts, finite numbers in range for rates, known names, seeds in [0, 2**63)."""
     check_fields(fields)
 

@@ -25,7 +25,7 @@ H100_BF16_DENSE_FLOPS = 989e12  # NVIDIA H100 SXM datasheet: dense BF16 tensor-c
 DEFAULT_MFU = 0.40  # a well-tuned dense transformer's model FLOPs utilisation (PaLM reports 46 %)
 GPU_NAME = "H100 SXM bf16"
 # Effective fp32 training throughput of one thread at CPU-study widths: 11 GFLOP/s at 2/48/2,
-# 18 at 0.3M, 19.5 at 1M (seq 32 x batch 32, bench/tune_quickstart.py speed table; small matmuls
+# 18 at 0.3M, 19.5 at 1M (seq 32 x batch 32, reference/tune_quickstart.py speed table; small matmuls
 # run far below the ~175 GFLOP/s matmul peak). At 20 GFLOP/s the estimate is short for the tiniest
 # rungs (11 GFLOP/s measured) and leaves out start-up and evaluation (~30 s per run).
 CPU_FLOPS_PER_CORE = 20e9

@@ -17,7 +17,7 @@ from typing import Any
 import models
 from cli import InputError, rules
 from jobs.train import ds_config
-from jobs.train.rules import check_field
+from jobs.train.spec_rules import check_field
 from jobs.run.spec import HASHED_FIELDS
 from jobs.data.suites import DEFAULT_SUITE, EvalSuite, check_suite
 from jobs.run.tracking import check_tracking

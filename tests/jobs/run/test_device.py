@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from jobs.run.device import CPU_EVAL_BATCH, CUDA_EVAL_BATCH, pick_device, placement
-from jobs.train.rules import validate
+from jobs.train.spec_rules import validate
 from jobs.run.spec import RunSpec
 from models import build_model
 

@@ -1,9 +1,9 @@
 """The review's results book: run each CPU review preset and write its section from the study's own
 report (fits.json and tables/*.csv), so every number in `docs/results/review/` is the code's output.
 
-    python bench/review_book.py                                  # every preset, hours on 2 cores
-    python bench/review_book.py --presets factorial-cpu          # one section
-    python bench/review_book.py --presets ema-cpu --max-steps 2 --seeds 1 --sizes 2/48/2 --out /tmp/book
+    python -m reference.review_book                                  # every preset, hours on 2 cores
+    python -m reference.review_book --presets factorial-cpu          # one section
+    python -m reference.review_book --presets ema-cpu --max-steps 2 --seeds 1 --sizes 2/48/2 --out /tmp/book
                                                                  # a smoke run (numbers mean nothing)
 
 Each section gives the command, the measured wall time and load average, the answer as tables of

@@ -11,7 +11,7 @@ run's left-to-right NLL on the same validation windows, and prints per family an
 - tokens/s of every (family, size) timed side by side in one process (`--speed`), and the wall
   time of the grid projected from those ratios and a reference throughput.
 
-    python bench/tune_quickstart.py --families ar,aogpt,mdm --sizes 0.1M,0.3M --seeds 2 \
+    python -m reference.tune_quickstart --families ar,aogpt,mdm --sizes 0.1M,0.3M --seeds 2 \
         --steps 2000 --warmup 100 --lr 3e-3 --seq-len 32 --batch-size 32 --out studies/tune_quickstart \
         --speed-sizes 0.1M,0.3M,4/112/4,1M
 

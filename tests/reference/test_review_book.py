@@ -7,8 +7,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import review_book  # noqa: E402
+from reference import review_book
 
 LAPTOP = Path(__file__).resolve().parents[2] / "docs" / "results" / "laptop" / "first-1024-windows"  # a fixed report
 RUN = {"command": "python -m scaling.launch --preset dec-enc-cpu", "wall_s": 600.0, "rc": 0,
