@@ -3,7 +3,7 @@
 `build_model(family, size, vocab_size=..., seq_len=..., **options)` is the public entry point.
 The size rules (`models.ladder`) import no torch, and neither does importing this package: the
 torch parts (`build_model`'s families, `EMA`, orders) load on first use, so planning a study
-(`scaling.study.recipes`, `scaling.plan.dry_run`) stays fast.
+(`jobs.run.recipes`, `scaling.plan.dry_run`) stays fast.
 """
 from __future__ import annotations
 

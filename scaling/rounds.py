@@ -33,7 +33,7 @@ from analysis.compare import frontier_plan
 
 from .plan.dry_run import RUN_OVERHEAD_S, S_PER_HOUR, cpu_hours, usable_cores
 from .run import study_ledger
-from .study.recipes import GPT3_WARMUP_TOKENS, Budget, schedule
+from jobs.run.recipes import GPT3_WARMUP_TOKENS, Budget, schedule
 from .study.study_spec import Cell, StudySpec
 from .study.sweep import SWEEP_PREFIX, family_fpt
 

@@ -123,8 +123,10 @@ def _numerics(run_dir: Path) -> str:
 
 
 def numerics_lines(study_dir: Path, rows: list[tuple[str, ...]]) -> list[str]:
-    """One line per numerics path the study's runs trained on (id, label, runs), and a warning
-    line when there is more than one: such runs differ beyond float rounding (docs/DESIGN.md)."""
+    """One line per numerics path id the study's runs trained on (id, label, runs), and a warning
+    line when those ids conflict (two machines, or two kernel builds: `cli.numerics_ids.conflicting`):
+    such runs differ beyond float rounding (docs/DESIGN.md). Ids that differ only in which passes used
+    the kernels (an AR run and an AO-GPT run of one machine) are one path and give no warning."""
     run_dirs = []
     for row in rows:
         try:

@@ -69,9 +69,9 @@ def test_the_checker_sees_violations():
 
 
 def test_the_run_rules_and_size_rules_import_no_torch():
-    """scaling.study.recipes and models.ladder plan studies without torch (models/__init__ loads its
+    """jobs.run.recipes and models.ladder plan studies without torch (models/__init__ loads its
     torch parts on first use), and the lazy names still resolve."""
-    code = ("import sys, scaling.study.recipes, models.ladder, models; bad = 'torch' in sys.modules; "
+    code = ("import sys, jobs.run.recipes, models.ladder, models; bad = 'torch' in sys.modules; "
             "assert models.build_model and models.FAMILIES['ar'] and models.EMA and 'torch' in sys.modules; "
             "sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)

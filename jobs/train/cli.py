@@ -13,12 +13,12 @@ from typing import Any
 
 from cli import InputError, Parser, float_arg, int_arg
 from jobs.train.preflight import check_types
+from jobs.run import recipes
 from jobs.run.files import SPEC_FILE
 from jobs.run.spec import RunSpec
 
 TABLE_FIELDS = {"model_options": "KEY=VALUE", "tracking": "tracking.KEY=VALUE"}  # not settable whole
-DEFAULT_LR = 1e-3  # for the CPU rungs; scaling/ sets each rung's learning rate in studies
-DEFAULT_WARMUP_FRACTION = 0.1  # warm-up steps = 10 % of steps unless --warmup is given
+SPEC_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunSpec) if f.default is not dataclasses.MISSING}
 FLAG_FIELDS = {  # CLI flag -> RunSpec field
     "family": "family", "size": "size", "steps": "steps", "batch_size": "batch_size",
     "micro_batch_size": "micro_batch_size", "seq_len": "seq_len", "lr": "lr",
@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("steps", "tokens", "batch_size", "micro_batch_size", "seq_len", "warmup", "seed",
                  "zero_stage", "checkpoint_every", "eval_every", "log_every"):
         p.add_argument(f"--{name.replace('_', '-')}", type=int_arg)
-    p.add_argument("--lr", type=float_arg)
+    p.add_argument("--lr", type=float_arg, help="peak learning rate (default: the rung's rule, jobs.run.recipes)")
     p.add_argument("--ema", type=float_arg)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a spec field, tracking.KEY, or else a model option (value parsed as JSON)")
@@ -95,7 +95,23 @@ def _base_fields(args: argparse.Namespace) -> dict[str, Any]:
         missing.append("--steps or --tokens")
     if missing:
         raise InputError(f"arguments: {', '.join(missing)} required (or --spec spec.json)")
-    return {"family": args.family, "size": args.size, "steps": 0, "lr": DEFAULT_LR, "warmup_steps": None}
+    return {"family": args.family, "size": args.size, "steps": 0, "lr": None, "warmup_steps": None}
+
+
+def _rung_defaults(fields: dict[str, Any]) -> None:
+    """The lr and warm-up a study would give this rung (jobs.run.recipes), where the command gave none."""
+    if fields.get("lr") is not None and fields.get("warmup_steps") is not None:
+        return
+    try:
+        rule = recipes.rule_for(fields["size"])
+    except (KeyError, ValueError) as error:
+        raise InputError(str(error)) from None
+    if fields.get("lr") is None:
+        fields["lr"] = rule.lr
+    if fields.get("warmup_steps") is None:
+        step_tokens = fields.get("batch_size", SPEC_DEFAULTS["batch_size"]) * fields.get("seq_len", SPEC_DEFAULTS["seq_len"])
+        budget = recipes.Budget(seq_len=fields.get("seq_len", SPEC_DEFAULTS["seq_len"]))
+        fields["warmup_steps"] = recipes.warmup_for(fields["steps"], step_tokens, budget)
 
 
 def spec_from_args(args: argparse.Namespace) -> RunSpec:
@@ -105,15 +121,14 @@ def spec_from_args(args: argparse.Namespace) -> RunSpec:
     _apply_sets(fields, args.set)
     computed = {"steps"} if args.tokens is not None else set()  # from --tokens, below (checked by check_run)
     check_types({k: v for k, v in fields.items()
-                 if k not in computed and not (k == "warmup_steps" and v is None)})
+                 if k not in computed and not (k in ("lr", "warmup_steps") and v is None)})
     if args.tokens is not None:
-        tokens_per_step = fields.get("batch_size", 16) * fields.get("seq_len", 128)
+        tokens_per_step = fields.get("batch_size", SPEC_DEFAULTS["batch_size"]) * fields.get("seq_len", SPEC_DEFAULTS["seq_len"])
         if args.tokens < 1 or tokens_per_step < 1:
             raise InputError(f"tokens: {args.tokens} tokens at batch_size x seq_len = {tokens_per_step} per step; "
                              "all three must be positive")
         fields["steps"] = -(-args.tokens // tokens_per_step)
-    if fields.get("warmup_steps") is None:
-        fields["warmup_steps"] = int(DEFAULT_WARMUP_FRACTION * fields["steps"])
+    _rung_defaults(fields)
     try:
         return RunSpec.from_dict(fields)
     except (TypeError, ValueError) as error:

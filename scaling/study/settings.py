@@ -17,16 +17,16 @@ from typing import Any
 import models
 from cli import InputError, rules
 from jobs.train import ds_config
-from jobs.train.spec_rules import check_field
+from jobs.train.spec_rules import FIELD_RULES, check_field
 from jobs.run.spec import HASHED_FIELDS
-from jobs.data.suites import DEFAULT_SUITE, EvalSuite, check_suite
+from jobs.data.suites import DEFAULT_SUITE, EvalSuite
 from jobs.run.tracking import check_tracking
 from models.ladder import get_shape
 
 from .arms import DEFAULT_ARMS, Arm, default_arm, network_options
 from .presets import PRESETS, base_for, preset_settings
 from . import sweep
-from .recipes import Budget
+from jobs.run.recipes import Budget
 
 TOKENS_PER_PARAM_LIMIT = 1e6  # Chinchilla is 20; far above any sane budget, far below float overflow
 # RunSpec fields a study decides itself; the remaining hashed fields may be set under [run].
@@ -89,7 +89,7 @@ def _arm(field: str, value: Any) -> Arm:
         rules.text(f"{field}.label", label)
     if value.get("network") is not None:
         _network(f"{field}.network", value["network"])
-    return Arm(family, options, None if ema is None else rules.rate(f"{field}.ema", ema), factors, label,
+    return Arm(family, options, None if ema is None else FIELD_RULES["ema"](f"{field}.ema", ema), factors, label,
                value.get("network"))
 
 
@@ -157,14 +157,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("name", "study", rules.name), Setting("preset", "study", _preset),
     Setting("families", "study", _families), Setting("arms", "study", _arms), Setting("sizes", "study", _sizes),
     Setting("seeds", "study", rules.positive_int), Setting("judge", "study", rules.text),
-    Setting("tokenizer", "data", rules.text), Setting("corpus", "data", rules.text),
-    Setting("text_field", "data", rules.text), Setting("eval_suite", "data", check_suite),
-    Setting("seq_len", "budget", lambda f, v: rules.at_least(f, v, 2)), Setting("tokens", "budget", rules.positive_int),
+    Setting("tokenizer", "data", FIELD_RULES["tokenizer"]), Setting("corpus", "data", FIELD_RULES["corpus"]),
+    Setting("text_field", "data", FIELD_RULES["text_field"]), Setting("eval_suite", "data", FIELD_RULES["eval_suite"]),
+    Setting("seq_len", "budget", FIELD_RULES["seq_len"]), Setting("tokens", "budget", rules.positive_int),
     Setting("tokens_per_param", "budget", _positive_tokens_per_param),
     Setting("max_tokens", "budget", rules.positive_int), Setting("max_steps", "budget", rules.positive_int),
-    Setting("batch_size", "budget", rules.positive_int), Setting("lr", "budget", rules.positive_number),
-    Setting("warmup_steps", "budget", rules.nonneg_int), Setting("warmup_tokens", "budget", rules.positive_int),
-    Setting("network", "network", _network), Setting("ema", "network", rules.rate),
+    Setting("batch_size", "budget", FIELD_RULES["batch_size"]), Setting("lr", "budget", FIELD_RULES["lr"]),
+    Setting("warmup_steps", "budget", FIELD_RULES["warmup_steps"]), Setting("warmup_tokens", "budget", rules.positive_int),
+    Setting("network", "network", _network), Setting("ema", "network", FIELD_RULES["ema"]),
     Setting("run", "run", _run), Setting("resources", "resources", _resources),
     Setting("tracking", "tracking", _tracking),
     # plans along compute and sweeps (scaling.study.sweep): each reads its own rule there

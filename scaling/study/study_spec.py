@@ -25,7 +25,7 @@ from models.ladder import core_params, get_shape
 
 from . import sweep
 from .arms import Arm, default_arm, resolve_arm
-from .recipes import Budget, schedule
+from jobs.run.recipes import Budget, schedule
 from .settings import StudySettings, load_settings
 
 # study.json format: 2 = run ids hash every resolved model option (defaults included) and the

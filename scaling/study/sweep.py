@@ -41,7 +41,7 @@ from typing import Any
 import models
 from models.ladder import core_params, shape_for_params, train_flops_per_token
 
-from .recipes import CHINCHILLA_TOKENS_PER_PARAM, Budget
+from jobs.run.recipes import CHINCHILLA_TOKENS_PER_PARAM, Budget
 
 SWEEP_PREFIX = "sweep_"
 # swept name -> (where it goes, the field): budget fields go through the rung's schedule (a batch

@@ -9,7 +9,7 @@ import pytest
 
 from jobs.run.spec import RunSpec
 from models.ladder import core_params, get_shape, train_flops_per_token
-from scaling.study import recipes
+from jobs.run import recipes
 from scaling.plan.dry_run import VOCAB_SIZES, gpu_hours, plan_rows
 from scaling.study.presets import PRESETS, QUICKSTART_TOKENS
 from scaling.study.study_spec import StudyError, build_study, load_toml
