@@ -42,6 +42,12 @@ values from the other splits). Per (family, variant, dataset, split, metric):
   6·N·D with N the shared core's non-embedding parameters (`n_params`) and D the tokens: the same
   count for every family at a shape, without any family's own projections. A budget's core C at its
   vertex is C times the core-to-charged ratio of its runs, interpolated in ln N at N_opt.
+- Where the frontiers share no loss range, a bound read off measured points only (`k_bound`): AR
+  reached loss L* (its best seed-mean point) at budget C_AR, and the family's L_opt at its budget C_f,
+  a bracketed-or-interior (`ok`) vertex, lies above L* with its whole 95 % interval. If the family's
+  frontier falls with C, it needs more than C_f to reach L*, so k(L*) > C_f / C_AR; the largest
+  such ratio over the measured budgets is reported, on both FLOP counts (AR's core C from its
+  point's own 6·N·D). It is a bound, never a k.
 """
 from __future__ import annotations
 
@@ -314,6 +320,7 @@ class Entry:
     approach3: dict
     points: pl.DataFrame  # per-seed points: budget_flops, n_params, tokens, value
     multipliers: list[dict] = field(default_factory=list)
+    k_bound: dict | None = None  # where no k interpolates: k(L*) > C_f / C_AR from measured points (module doc)
     l_opt_exponent: dict = field(default_factory=dict)
     l_opt_draws: np.ndarray = field(default_factory=lambda: np.empty((N_DRAWS, 0)))  # [B, ok budgets]
 
@@ -323,7 +330,7 @@ class Entry:
     def to_json(self) -> dict:
         return {**dict(zip(ENTRY, self.key)), "n_opt_exponent": self.exponent, "l_opt_exponent": self.l_opt_exponent,
                 "approach3": self.approach3, "l_opt": [p.to_json() for p in self.profiles],
-                "compute_multipliers": self.multipliers}
+                "compute_multipliers": self.multipliers, "compute_multiplier_bound": self.k_bound}
 
 
 def _ok(profiles: list[Profile]) -> list[Profile]:
@@ -394,6 +401,33 @@ def _multipliers(ref: Entry, other: Entry, flops: str) -> list[dict]:
              "reference_metric": ref.key.metric} for j, level in enumerate(levels)]
 
 
+def _best_points(entry: Entry) -> list[tuple[float, float, float]]:
+    """(budget, best seed-mean loss, its core FLOPs 6·N·D) per measured budget of an entry."""
+    cells = (entry.points.group_by("budget_flops", "n_params")
+             .agg(pl.col("value").mean(), pl.col("tokens").mean()).sort("budget_flops", "value"))
+    firsts = cells.group_by("budget_flops", maintain_order=True).first()
+    return [(float(r["budget_flops"]), float(r["value"]), 6.0 * float(r["n_params"]) * float(r["tokens"]))
+            for r in firsts.iter_rows(named=True)]
+
+
+def k_bound(ref: Entry, other: Entry) -> dict | None:
+    """A lower bound on k where the family's frontier lies above AR's (module doc); None when some
+    pair of measured budgets does not support one (or the frontiers overlap)."""
+    best = None
+    for p in _ok(other.profiles):
+        lo = _ci(p.l_opt_draws)[0]
+        if lo is None or not math.isfinite(p.core_flops):
+            continue
+        for c_ar, l_star, core_ar in _best_points(ref):
+            bound = p.budget_flops / c_ar
+            if lo > l_star and (best is None or bound > best["k_above"]):
+                best = {"k_above": bound, "k_above_core": p.core_flops / core_ar, "loss": l_star,
+                        "reference_budget_flops": c_ar, "budget_flops": p.budget_flops,
+                        "l_opt": {"value": p.l_opt, "ci95": _ci(p.l_opt_draws)},
+                        "reference": REFERENCE_FAMILY, "reference_metric": ref.key.metric}
+    return best
+
+
 def _points(frame: pl.DataFrame) -> pl.DataFrame:
     """Per-seed points (mean over duplicate runs of a size, seed and budget)."""
     return (frame.group_by("budget_flops", "size", "seed")
@@ -451,6 +485,8 @@ def analyse(reported: pl.DataFrame, resamples: int, seed: int = 0) -> Frontier:
         ref = entries.get(EntryKey(REFERENCE_FAMILY, _ref_variant(entries, key), *key.data, ref_metric))
         if ref is not None and key.family != REFERENCE_FAMILY:
             e.multipliers = multipliers(ref, e)
+            if not any(not k["extrapolated"] for k in e.multipliers):
+                e.k_bound = k_bound(ref, e)
         warnings += [f"{'/'.join(map(str, key))}: isoFLOP minimum at C={p.budget_flops:.3g} lies outside its "
                      "sizes; widen the grid" for p in e.profiles if p.status == "edge"]
         warnings += _rule_warnings(key, e)

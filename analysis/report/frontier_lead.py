@@ -28,6 +28,11 @@ def _name(key: frontier.EntryKey) -> str:
     return f"{key.family}/{key.variant} {key.metric}"
 
 
+def _named(key: frontier.EntryKey) -> str:
+    """An entry's name with the data it was scored on (a study scores several evaluation sets)."""
+    return f"{_name(key)} on {key.dataset}/{key.split}"
+
+
 def bracketing(entry: frontier.Entry, p: frontier.Profile) -> str:
     """A profile's status with how many measured shapes lie each side of its vertex."""
     if not math.isfinite(p.n_opt):
@@ -44,23 +49,33 @@ def k_sentence(e: frontier.Entry, unit: str) -> str:
     if not inside:
         why = ("the two frontiers share no L_opt range (only an extrapolated k exists; it is never quoted)"
                if e.multipliers else "no AR frontier to read it against, or a frontier whose L_opt does not fall with C")
-        return f"{_name(e.key)}: no compute multiplier inside the data: {why}."
+        return f"{_named(e.key)}: no compute multiplier inside the data: {why}." + bound_sentence(e.k_bound, unit)
     losses = sorted({k["loss"] for k in inside})
     parts = []
     for flops in frontier.FLOP_COUNTS:
         rows = [k for k in inside if k["flops"] == flops]
         if rows:
             parts.append(f"{flops} FLOPs " + "; ".join(f"L={num(k['loss'])}: {interval(k['k'], *k['ci95'])}" for k in rows))
-    return (f"{_name(e.key)} against AR's {inside[0]['reference_metric']}: k = C_family / C_AR at matched loss, read "
+    return (f"{_named(e.key)} against AR's {inside[0]['reference_metric']}: k = C_family / C_AR at matched loss, read "
             f"over L_opt {num(losses[0])}–{num(losses[-1])} {unit} (where both frontiers are measured): "
             + " | ".join(parts) + ".")
+
+
+def bound_sentence(b: dict | None, unit: str) -> str:
+    """The bound read off measured points where no k interpolates (frontier.k_bound), or ''."""
+    if not b:
+        return ""
+    return (f" Read off measured points instead: AR reached {num(b['loss'])} {unit} at C={b['reference_budget_flops']:.3g}, "
+            f"while the family's L_opt at C={b['budget_flops']:.3g} is {interval(b['l_opt']['value'], *b['l_opt']['ci95'])}, "
+            f"above it; so k > {num(b['k_above'])} on charged FLOPs (> {num(b['k_above_core'])} on core FLOPs) "
+            "at that loss, if the family's frontier falls with C (a bound, not a k).")
 
 
 def exponent_sentence(e: frontier.Entry) -> str:
     """N_opt ∝ C^a and L_opt ∝ C^b of one entry, with intervals and their basis."""
     a, b = e.exponent, e.l_opt_exponent or {}
     statuses = [p.status for p in e.profiles]
-    return (f"{_name(e.key)}: N_opt ∝ C^a, a = {interval(a.get('value'), *a.get('ci95', [None, None]))}; L_opt ∝ C^b, "
+    return (f"{_named(e.key)}: N_opt ∝ C^a, a = {interval(a.get('value'), *a.get('ci95', [None, None]))}; L_opt ∝ C^b, "
             f"b = {interval(b.get('value'), *b.get('ci95', [None, None]))} ({a.get('n_budgets', 0)} ok budgets of "
             f"{len(statuses)}; {a.get('interval', '')}).")
 
@@ -136,9 +151,9 @@ def heldout_rows(front: frontier.Frontier, predicted: list[dict]) -> list[list[s
         prof = next((p for p in e.profiles if math.isclose(p.budget_flops, pr["budget_flops"])), None) if e else None
         n_m, l_m = (prof.n_opt, prof.l_opt) if prof is not None and prof.status == "ok" else (math.nan, math.nan)
         state = "not trained yet" if prof is None else prof.status
-        rows.append([_name(key), f"{pr['budget_flops']:.3g}", interval(pr["n_opt"]["value"], *pr["n_opt"]["ci95"]),
-                     num(n_m), _covered(pr["n_opt"], n_m), interval(pr["l_opt"]["value"], *pr["l_opt"]["ci95"]),
-                     num(l_m), _covered(pr["l_opt"], l_m), state])
+        rows.append([_name(key), f"{key.dataset}/{key.split}", f"{pr['budget_flops']:.3g}",
+                     interval(pr["n_opt"]["value"], *pr["n_opt"]["ci95"]), num(n_m), _covered(pr["n_opt"], n_m),
+                     interval(pr["l_opt"]["value"], *pr["l_opt"]["ci95"]), num(l_m), _covered(pr["l_opt"], l_m), state])
     return rows
 
 
@@ -158,6 +173,6 @@ def lead_blocks(front: frontier.Frontier, reported: pl.DataFrame, specs: pl.Data
                 sections.p("Predicted from the frontier's lines in ln C over the budgets measured before (t(K-2) "
                            "predictive intervals of a new vertex, analysis.compare.frontier_plan); covered = the measured "
                            "vertex lies inside the predicted interval."),
-                sections.table(["entry", "C (FLOPs)", "predicted N_opt", "measured N_opt", "covered",
+                sections.table(["entry", "data", "C (FLOPs)", "predicted N_opt", "measured N_opt", "covered",
                                 "predicted L_opt", "measured L_opt", "covered", "measured status"], rows)]
     return out

@@ -79,6 +79,33 @@ def test_frontiers_that_do_not_overlap_give_an_extrapolated_k():
     assert [k["extrapolated"] for k in other.multipliers] == [True] * len(frontier.FLOP_COUNTS)
 
 
+def test_where_no_k_interpolates_a_bound_is_read_off_measured_points_only(planted):
+    """Planted aogpt shifted up by `shift` nats: its frontier lies above AR's. The bound is the largest
+    C_f / C_AR whose AR best point lies below the whole interval of the family's L_opt at C_f."""
+    _, overlapping = planted
+    (other,) = [e for e in overlapping.entries if e.key[0] == "aogpt"]
+    assert other.k_bound is None  # k interpolates: no bound is given
+    recs = fs.records(seed=3, seeds=1)
+    for shift, want in ((1.0, 1e14 / 1e12), (0.05, None)):
+        moved = recs.with_columns(pl.when(pl.col("family") == "aogpt").then(pl.col("value") + shift)
+                                  .otherwise(pl.col("value")).alias("value"))
+        front = frontier.analyse(selection.select(moved).reported, resamples=0)
+        (ar,) = [e for e in front.entries if e.key[0] == "ar"]
+        (other,) = [e for e in front.entries if e.key[0] == "aogpt"]
+        b = other.k_bound
+        if any(not k["extrapolated"] for k in other.multipliers):
+            assert b is None  # a k interpolates: no bound is given
+        if want is not None:
+            assert b["k_above"] == pytest.approx(want) and b["budget_flops"] == 1e14
+            assert b["reference_budget_flops"] == 1e12 and b["loss"] < b["l_opt"]["ci95"][0]
+            best_ar = ar.points.filter(pl.col("budget_flops") == 1e12)["value"].min()
+            assert b["loss"] == pytest.approx(best_ar)  # one seed: AR's best point at its lowest budget
+            p = next(q for q in other.profiles if q.budget_flops == 1e14)
+            assert 1.0 < b["k_above_core"] and b["k_above_core"] == pytest.approx(
+                p.core_flops / (6 * ar.points.filter(pl.col("budget_flops") == 1e12).sort("value")
+                                .select(pl.col("n_params") * pl.col("tokens")).item(0, 0)))
+
+
 def test_a_property_of_the_data_is_not_selected_on_and_follows_the_l2r_choice():
     recs = fs.records(seed=2)
     unigram = recs.with_columns(metric=pl.lit("nll_unigram"), value=pl.lit(3.3) + pl.col("sweep_lr"))  # lowest at the edge
