@@ -38,9 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{name.replace('_', '-')}")
     p.add_argument("--compile", help="torch.compile the core: auto (on GPU; on CPU for training where "
                                      "jobs.run.cpu_compile measured that it pays) | on | off")
-    for name in ("steps", "tokens", "batch_size", "micro_batch_size", "seq_len", "warmup", "seed",
+    for name in ("steps", "tokens", "batch_size", "micro_batch_size", "seq_len", "seed",
                  "zero_stage", "checkpoint_every", "eval_every", "log_every"):
         p.add_argument(f"--{name.replace('_', '-')}", type=int_arg)
+    p.add_argument("--warmup-steps", "--warmup", dest="warmup", type=int_arg,
+                   help="linear warm-up steps (default: the rung's rule, jobs.run.recipes); alias --warmup")
     p.add_argument("--lr", type=float_arg, help="peak learning rate (default: the rung's rule, jobs.run.recipes)")
     p.add_argument("--ema", type=float_arg)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
