@@ -42,6 +42,7 @@ import models
 from models.ladder import core_params, shape_for_params, train_flops_per_token
 
 from jobs.run.recipes import CHINCHILLA_TOKENS_PER_PARAM, Budget
+from jobs.train.spec_rules import FIELD_RULES
 
 SWEEP_PREFIX = "sweep_"
 # swept name -> (where it goes, the field): budget fields go through the rung's schedule (a batch
@@ -92,11 +93,12 @@ def _values(name: str, raw: Any) -> tuple[float, ...]:
     if not isinstance(items, (list, tuple)) or not items:
         raise ValueError(f"sweep: {name} needs a list of values, e.g. {name} = [1e-3, 3e-3, 1e-2]")
     values = _floats(f"sweep: {name}", items, f"{name} = [1e-3, 3e-3, 1e-2]")
-    if any(not v > 0 for v in values):
-        raise ValueError(f"sweep: {name} values must be positive numbers, got {list(values)}")
     if name in INT_SETTINGS and any(v != int(v) for v in values):
         raise ValueError(f"sweep: {name} values must be whole numbers, got {list(values)}")
-    return tuple(sorted(int(v) if name in INT_SETTINGS else v for v in values))
+    values = tuple(int(v) if name in INT_SETTINGS else v for v in values)
+    for value in values:  # each by the run field's one rule (jobs.train.spec_rules.FIELD_RULES)
+        FIELD_RULES[SWEEPABLE[name][1]](f"sweep.{name}", value)
+    return tuple(sorted(values))
 
 
 def parse_sweep(value: Any, families: set[str]) -> Sweep:
@@ -174,10 +176,7 @@ def parse_carry(value: Any) -> dict[str, float]:
         return {}
     if not isinstance(value, dict) or not value:
         raise ValueError(f"carry_lr: expected a table of family = lr, e.g. {{ar = 3e-3}}, got {value!r}")
-    for family, lr in value.items():
-        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0 or not math.isfinite(lr):
-            raise ValueError(f"carry_lr: {family}'s lr must be a positive number, got {lr!r}")
-    return {str(k): float(v) for k, v in sorted(value.items())}
+    return {str(k): float(FIELD_RULES["lr"](f"carry_lr.{k}", v)) for k, v in sorted(value.items())}
 
 
 def carried(settings: dict, sweep: Sweep, families: set[str]) -> dict[str, float]:
