@@ -222,7 +222,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    keep_freed_memory()  # as jobs.evaluate and jobs.generate do
+    keep_freed_memory()  # as jobs.eval.evaluate and jobs.eval.generate do
     steps_list = [int(s) for s in args.steps.split(",")]
     run = {network: runners(args, network) for network in args.network}
     print(f"# {json.dumps(environment(args))}")

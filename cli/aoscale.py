@@ -17,8 +17,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("scaling.status", "every run of a study by state (python -m scaling.status)"),
     "fit": ("analysis.fit_curves", "fit scaling curves and write the report (python -m analysis.fit_curves)"),
     "train": ("jobs.train.loop", "train or resume one run (python -m jobs.train)"),
-    "evaluate": ("jobs.eval.evaluate", "evaluate one trained run (python -m jobs.evaluate)"),
-    "generate": ("jobs.eval.generate", "sample from one run and score the samples (python -m jobs.generate)"),
+    "evaluate": ("jobs.eval.evaluate", "evaluate one trained run (python -m jobs.eval.evaluate)"),
+    "generate": ("jobs.eval.generate", "sample from one run and score the samples (python -m jobs.eval.generate)"),
 }
 
 

@@ -5,5 +5,5 @@ the run directory's files, the lock, RNG, device rule, allocator, tracking), `da
 tokenizers, the token cache, the unigram baseline, zero-shot sets, evaluation suites), `train`
 (preflight checks, the training loop and its CLI, the torch and DeepSpeed engines, checkpoints),
 `eval` (evaluation, generation, records) and `executors` (local, Slurm, Ray). `pipeline` runs
-one run end to end; `python -m jobs.train | jobs.evaluate | jobs.generate` run the single jobs.
+one run end to end; `python -m jobs.train | jobs.eval.evaluate | jobs.eval.generate` run the single jobs.
 """

@@ -7,7 +7,7 @@ run's left-to-right NLL on the same validation windows, and prints per family an
 - the validation NLL against the add-one-smoothed unigram cross-entropy of the training split on
   those same windows (the plateau every family starts on),
 - AR's gap to each any-order family, paired over windows and seeds (mean and 95 % interval),
-- AO-GPT's ensemble gain NLL(M=1) - NLL(M=max) at the largest size (`jobs.evaluate`'s estimator),
+- AO-GPT's ensemble gain NLL(M=1) - NLL(M=max) at the largest size (`jobs.eval.evaluate`'s estimator),
 - tokens/s of every (family, size) timed side by side in one process (`--speed`), and the wall
   time of the grid projected from those ratios and a reference throughput.
 
@@ -113,7 +113,7 @@ def curve(run_dir: Path) -> tuple[list[tuple[int, float]], float]:
 
 
 def windows(seq_len: int, n: int) -> torch.Tensor:
-    """The first n validation windows of Shakespeare bytes (the ones `jobs.evaluate` scores)."""
+    """The first n validation windows of Shakespeare bytes (the ones `jobs.eval.evaluate` scores)."""
     return next(val_batches(token_array("shakespeare", "bytes", "validation"), n, seq_len, n_batches=1))
 
 
@@ -131,7 +131,7 @@ def window_nll(run_dir: Path, chunks: torch.Tensor) -> np.ndarray:
 
 
 def ensemble_gain(grid: Grid, run_dir: Path, chunks: torch.Tensor) -> np.ndarray:
-    """Per-window NLL(M=1) - NLL(M=m_max) of context-order ensembling (`jobs.evaluate`'s estimator:
+    """Per-window NLL(M=1) - NLL(M=m_max) of context-order ensembling (`jobs.eval.evaluate`'s estimator:
     n_targets = the whole window, one uniform base order per target, shared across M)."""
     model, _, _ = load_run(run_dir, "raw")
     g = torch.Generator().manual_seed(0)

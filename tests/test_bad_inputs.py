@@ -1,6 +1,6 @@
 """Bad input to every command line: exit status 2, one line naming the field, nothing written.
 
-One table of cases across `jobs.train`, `jobs.evaluate`, `jobs.generate`, `scaling.launch`,
+One table of cases across `jobs.train`, `jobs.eval.evaluate`, `jobs.eval.generate`, `scaling.launch`,
 `scaling.status` and `analysis.fit_curves`, each run in-process through the CLI's `main(argv)`;
 a few run as real processes to prove the exit status. For each case the workspace (run, study,
 corpus and records files) and the token cache must be byte-for-byte and mtime-for-mtime unchanged.
@@ -346,7 +346,7 @@ def assert_refused(main, argv: list[str], field: str, roots: tuple[Path, ...], c
 
 REAL = [  # (module, argv, first words of the one line)
     ("scaling.launch", ["--sizes", "", "--study-dir", "s"], "launch: sizes:"),
-    ("jobs.evaluate", ["--run-dir", "nowhere", "--k-mc", "0"], "error: --k-mc:"),
+    ("jobs.eval.evaluate", ["--run-dir", "nowhere", "--k-mc", "0"], "error: --k-mc:"),
     ("analysis.fit_curves", ["nowhere", "--seed", "-1"], "fit_curves: --seed:"),
 ]
 

@@ -161,7 +161,7 @@ def test_the_cycle_finder_sees_a_cycle_through_a_function_level_import():
 
 # ---- the order inside jobs --------------------------------------------------------------------
 # Each sub-package of jobs imports only those before it (and itself); jobs' own modules
-# (pipeline, the `python -m jobs.evaluate|generate` entry points) may import every sub-package,
+# (pipeline) may import every sub-package,
 # and no sub-package imports them (the executors name the pipeline as a string, resolved at run time).
 JOBS_ORDER = ("run", "data", "train", "eval", "executors")
 

@@ -21,8 +21,6 @@ UNTESTED = {
     "jobs.data.rows": "rows of a local corpus, reached through jobs.data.corpus in tests/jobs/data",
     "jobs.eval.state": ("records_gap, reached through the ledger and the pipeline in tests/scaling/study/test_study.py "
                         "and tests/scaling/test_study_faults.py"),
-    "jobs.evaluate.__main__": "a 6-line `python -m` entry point forwarding to jobs.eval.evaluate.main",
-    "jobs.generate.__main__": "a 6-line `python -m` entry point forwarding to jobs.eval.generate.main",
     "jobs.train.__main__": "a 6-line `python -m` entry point forwarding to jobs.train.loop.main",
     "jobs.run.allocator": "imported by the child process that tests/jobs/run/test_allocator.py runs (a code string)",
     "models.families.sigma_gpt": "a 20-line alias of aogpt, built through models.build_model in tests/models",

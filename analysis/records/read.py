@@ -142,7 +142,7 @@ def _load_study(study: Path) -> dict[str, list]:
     return out
 
 
-# A run's status.json warning for a zero-shot set its suite wanted but could not have (jobs.evaluate).
+# A run's status.json warning for a zero-shot set its suite wanted but could not have (jobs.eval.evaluate).
 UNEVALUATED_PREFIX = "eval: zero-shot set not evaluated: "
 
 

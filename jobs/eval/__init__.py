@@ -1,4 +1,4 @@
-"""jobs.eval: measuring a trained run. `python -m jobs.evaluate` / `jobs.generate` run it.
+"""jobs.eval: measuring a trained run. `python -m jobs.eval.evaluate` / `python -m jobs.eval.generate` run it.
 
 `evaluate` (likelihoods, ensembles, LAMBADA, infilling into eval.parquet), `generate` (samples,
 generative perplexity under a judge, samples.parquet) and `records` (the records' schema and

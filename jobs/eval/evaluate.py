@@ -10,12 +10,12 @@ module under models/families); this module computes each group (METRIC_ROWS):
   elbo           nll_anyorder (the family's ELBO estimator: its loss when mdlm/kdce, else kdce)
                  plus nll_elbo_mdlm and nll_elbo_kdce (both estimators, K draws each)
   paper suite    + lambada_acc, infill_nll / infill_em (estimator: the family's declared
-                 `infill_context`, prefix_only or prefix_suffix), generation (jobs.generate)
+                 `infill_context`, prefix_only or prefix_suffix), generation (jobs.eval.generate)
 All randomness derives from `--seed` (default EVAL_SEED) and the (dataset, metric) name, so a
 rerun writes the same rows. The validation windows are spread uniformly over the whole split and
 are the same for every run of a study; each record's value is the mean of per-window values, kept
 in `run_dir/eval_windows.parquet`, and its `se` their standard error (jobs.eval.windows).
-CLI: `python -m jobs.evaluate --run-dir DIR [--eval-suite quick|paper|SUITE:SET,SET]` (alias `--suite`).
+CLI: `python -m jobs.eval.evaluate --run-dir DIR [--eval-suite quick|paper|SUITE:SET,SET]` (alias `--suite`).
 """
 from __future__ import annotations
 
@@ -426,8 +426,8 @@ def compute_rows(model, spec, datasets: list[Dataset], ctx: dict, settings: Sett
 
 # ---- CLI ---------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    """The `python -m jobs.evaluate` argument parser."""
-    p = Parser(prog="python -m jobs.evaluate", description="Evaluate one run's checkpoint.")
+    """The `python -m jobs.eval.evaluate` argument parser."""
+    p = Parser(prog="python -m jobs.eval.evaluate", description="Evaluate one run's checkpoint.")
     p.add_argument("--run-dir", required=True)
     p.add_argument(SUITE_FLAG, "--suite", dest="eval_suite", default=str(DEFAULT_SUITE),
                    help=f"quick | paper | SUITE:SET,SET (named sets required; default {DEFAULT_SUITE})")

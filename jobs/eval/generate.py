@@ -1,6 +1,6 @@
 """Generate samples from a run and measure them: generative perplexity, time, joint-vs-marginal.
 
-`python -m jobs.generate --run-dir DIR [--n-samples N] [--steps 64,128] ...` writes
+`python -m jobs.eval.generate --run-dir DIR [--n-samples N] [--steps 64,128] ...` writes
 `run_dir/samples.parquet` (one row per sample) and merges these records into eval.parquet:
   gen_ppl       per-sample exp(mean NLL) under the judge: an AR run that is not one of the compared
                 runs (the study's dedicated judge run, `spec.judge`, or --judge-run); value = mean,
@@ -296,8 +296,8 @@ def _ints(text: str, name: str) -> tuple[int, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The `python -m jobs.generate` argument parser."""
-    p = Parser(prog="python -m jobs.generate", description="Sample from a run and score the samples.")
+    """The `python -m jobs.eval.generate` argument parser."""
+    p = Parser(prog="python -m jobs.eval.generate", description="Sample from a run and score the samples.")
     p.add_argument("--run-dir", required=True)
     p.add_argument("--n-samples", type=int_arg, default=16)
     p.add_argument("--length", type=int_arg, help="tokens per sample (default: the model's context)")

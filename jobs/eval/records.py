@@ -26,10 +26,10 @@ number can be traced to how it was measured:
   epochs         passes over the training split by this step; unique_tokens: the distinct training
                  tokens those covered (expected, jobs.data.ledger)
   sweep_<name>   the value of each swept run setting (lr, warmup, batch_size, beta2, ...; scaling.study.sweep)
-  suite          the evaluation suite the row was measured with (jobs.evaluate --eval-suite)
+  suite          the evaluation suite the row was measured with (jobs.eval.evaluate --eval-suite)
   suite_hash     what that suite measured then (jobs.data.suites.Suite.fingerprint, with any overrides)
   run_steps      the steps the run was planned for: a row with step < run_steps scored a partial
-                 checkpoint (jobs.evaluate --allow-partial), not the run's result
+                 checkpoint (jobs.eval.evaluate --allow-partial), not the run's result
   n_layer        the core's depth (the summary states depth changes between rungs)
 Per-token units are exact: under the `bytes` tokenizer a token is a byte, so a `nats/token`
 value is written as `nats/byte` (`run_context` carries the run's token unit to `record`).
@@ -136,7 +136,7 @@ def read_records(run_dir: str | Path) -> pl.DataFrame:
     frame = pl.read_parquet(path)
     problem = record_checks.record_dtype_problem(frame.schema)
     if problem:
-        raise InputError(f"{path}: {problem}; evaluate the run again (python -m jobs.evaluate --run-dir {run_dir})")
+        raise InputError(f"{path}: {problem}; evaluate the run again (python -m jobs.eval.evaluate --run-dir {run_dir})")
     dtypes = {**SCHEMA, **_extra_columns(frame.columns)}
     missing = [pl.lit(None, dtype).alias(n) for n, dtype in dtypes.items() if n not in frame.columns]
     return frame.with_columns(missing).select(list(dtypes)).cast(dtypes)

@@ -8,7 +8,7 @@ shows the run as `trained`: the next launch evaluates it (and never trains it ag
 Records written before the `suite` column existed carry no suite (null): they count as the
 current suite's, so existing studies stay done. Likewise for `suite_hash` (what the suite measured
 when the rows were written, `Suite.fingerprint`): rows of a suite whose definition has changed
-since, or that were evaluated with overrides (`jobs.evaluate --val-chunks ...`), are not the
+since, or that were evaluated with overrides (`jobs.eval.evaluate --val-chunks ...`), are not the
 suite's result, and the next launch evaluates the run again; rows without the column count.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from jobs.data.suites import EvalSuite
 from jobs.eval.records import EVAL_FILE
 from jobs.run.files import read_status
 
-SUITE_COLUMN = "suite"  # the suite the rows were evaluated with (jobs.evaluate's --eval-suite)
+SUITE_COLUMN = "suite"  # the suite the rows were evaluated with (jobs.eval.evaluate's --eval-suite)
 HASH_COLUMN = "suite_hash"  # its fingerprint then (jobs.data.suites.Suite.fingerprint)
 
 

@@ -6,7 +6,7 @@ scheduler queues them, as Slurm does). Backends are looked up by name in `EXECUT
 only when chosen, so `local` never pulls in submitit or Ray.
 
 Every backend runs `run_exclusive(run_dir)`: it takes the run's lock (`jobs.run.lock`, the one
-lock `jobs.train` and `jobs.evaluate` take too; non-blocking), counts the attempt in status.json and calls
+lock `jobs.train` and `jobs.eval.evaluate` take too; non-blocking), counts the attempt in status.json and calls
 `jobs.pipeline.execute_run`. The kernel drops a flock when its holder dies, so a killed launcher
 or worker never leaves a stale lock, and two launchers can never train one run at the same time.
 """

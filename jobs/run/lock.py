@@ -1,6 +1,6 @@
 """The one run lock: an exclusive `fcntl.flock` on `<run_dir>/.lock`.
 
-`jobs.train`, `jobs.evaluate` and every executor take it before touching a run directory, so two
+`jobs.train`, `jobs.eval.evaluate` and every executor take it before touching a run directory, so two
 processes never train or evaluate one run at the same time. The kernel drops a flock when its
 holder dies, so a killed process never leaves a stale lock. Within one process the lock is
 re-entrant (an executor's worker holds it while the pipeline it calls takes it again for

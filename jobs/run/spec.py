@@ -66,7 +66,7 @@ class RunSpec:
     checkpoint_every: int = unhashed(0)  # 0 = only at the end
     keep_checkpoints: int = unhashed(2)
     log_every: int = unhashed(10)
-    eval_suite: str = unhashed("quick")  # jobs.evaluate's suite for the run's final evaluation
+    eval_suite: str = unhashed("quick")  # jobs.eval.evaluate's suite for the run's final evaluation
     study: str = unhashed("")
     variant: str = unhashed("")
     tracking: tuple[tuple[str, Any], ...] = unhashed(())

@@ -77,7 +77,7 @@ def shapes_only():
             setattr(nn.init, name, fn)
 
 
-# Likelihood metric groups a family may declare (`FamilySpec.metrics`); jobs.evaluate computes each:
+# Likelihood metric groups a family may declare (`FamilySpec.metrics`); jobs.eval.evaluate computes each:
 #   l2r           nll_l2r and bpb_l2r, exact (from `span_logits` over the whole sequence)
 #   perm_mc       nll_anyorder over K uniform permutations (models.likelihood.anyorder_draws)
 #   ctx_ensemble  nll_ensemble, context-order ensembling (models.likelihood.ensemble_logprobs)

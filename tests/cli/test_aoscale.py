@@ -26,7 +26,7 @@ def test_no_or_an_unknown_command_is_one_line_and_status_2(capsys, argv, fragmen
 
 
 @pytest.mark.parametrize("command, prog", [("status", "python -m scaling.status"), ("fit", "python -m analysis.fit_curves"),
-                                           ("train", "python -m jobs.train"), ("generate", "python -m jobs.generate")])
+                                           ("train", "python -m jobs.train"), ("generate", "python -m jobs.eval.generate")])
 def test_each_command_is_the_existing_main(capsys, command, prog):
     assert aoscale.main([command, "--help"]) == 0
     assert capsys.readouterr().out.startswith(f"usage: {prog}")

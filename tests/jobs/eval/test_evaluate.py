@@ -1,4 +1,4 @@
-"""jobs.evaluate / jobs.generate on tiny trained runs: records, idempotence, bad input."""
+"""jobs.eval.evaluate / jobs.eval.generate on tiny trained runs: records, idempotence, bad input."""
 from __future__ import annotations
 
 import math
@@ -151,7 +151,7 @@ def test_bad_evaluate_input_exits_2_and_writes_nothing(runs, tmp_path, capsys, a
 def test_missing_checkpoint_exits_2_in_a_real_process(tmp_path):
     spec = RunSpec(family="ar", size="0.1M", steps=2, lr=1e-3, warmup_steps=0)
     (tmp_path / "spec.json").write_text(spec.to_json())
-    proc = subprocess.run([sys.executable, "-m", "jobs.evaluate", "--run-dir", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-m", "jobs.eval.evaluate", "--run-dir", str(tmp_path)],
                           cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 2 and "--run-dir" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "eval.parquet").exists()
