@@ -22,7 +22,7 @@ from cli.paths import user_path
 from analysis import DEFAULT_BOOTSTRAP, MAX_BOOTSTRAP, MIN_BOOTSTRAP
 from analysis.fit import evalnoise
 from analysis.compare import ablations, distinct, fairness, generation
-from analysis.report import atomic, figures, frontier_figures, sections, summary
+from analysis.report import atomic, figures, frontier_figures, frontier_lead, sections, summary
 from analysis.fit.background import in_background, workers_from_env
 from analysis.records.cells import CELL_KEYS, CONDITION_KEYS, build_cells, condition_text, latest
 from analysis.records.data_ledger import repetition_notes
@@ -339,6 +339,9 @@ def tables(a: Analysis) -> dict[str, pl.DataFrame]:
         out["matched_family_gap"] = pl.DataFrame([dataclasses.asdict(pt) for pt in a.matched])
     if a.factorial is not None:
         out["factorial"] = a.factorial
+    heldout = _heldout(a)
+    if heldout is not None:
+        out["heldout"] = heldout
     if a.final is not None:
         parallel, spread = generation.parallel_error(a.final), generation.repeat_spread(a.final)
         if parallel is not None:
@@ -346,6 +349,18 @@ def tables(a: Analysis) -> dict[str, pl.DataFrame]:
         if not spread.is_empty():
             out["generation_repeats"] = spread.sort(generation.SAMPLER_KEYS, nulls_last=True)
     return out
+
+
+def _heldout(a: Analysis) -> pl.DataFrame | None:
+    """An isoFLOP study's held-out budgets, predicted before they trained, against what they measured."""
+    study_dir = a.inputs.study_dir
+    final = a.final
+    if study_dir is None or final is None or "budget_flops" not in final.columns:
+        return None
+    predicted = frontier_lead.read_predictions(study_dir)
+    if not predicted:
+        return None
+    return frontier_lead.heldout_frame(frontier_figures.analysed(final, a.bootstrap, a.seed), predicted)
 
 
 def write_report(a: Analysis, out_dir: Path) -> Path:

@@ -141,8 +141,9 @@ def _covered(predicted: dict, measured: float) -> str:
     return "yes" if lo <= measured <= hi else "no"
 
 
-def heldout_rows(front: frontier.Frontier, predicted: list[dict]) -> list[list[str]]:
-    """Predicted against measured N_opt and L_opt at each held-out budget, and whether each covered."""
+def heldout_frame(front: frontier.Frontier, predicted: list[dict]) -> pl.DataFrame:
+    """Predicted against measured N_opt and L_opt at each held-out budget, and whether each interval
+    covered (tables/heldout.csv; the report's held-out table reads it)."""
     entries = {e.key: e for e in front.entries}
     rows = []
     for pr in predicted:
@@ -150,11 +151,24 @@ def heldout_rows(front: frontier.Frontier, predicted: list[dict]) -> list[list[s
         e = entries.get(key)
         prof = next((p for p in e.profiles if math.isclose(p.budget_flops, pr["budget_flops"])), None) if e else None
         n_m, l_m = (prof.n_opt, prof.l_opt) if prof is not None and prof.status == "ok" else (math.nan, math.nan)
-        state = "not trained yet" if prof is None else prof.status
-        rows.append([_name(key), f"{key.dataset}/{key.split}", f"{pr['budget_flops']:.3g}",
-                     interval(pr["n_opt"]["value"], *pr["n_opt"]["ci95"]), num(n_m), _covered(pr["n_opt"], n_m),
-                     interval(pr["l_opt"]["value"], *pr["l_opt"]["ci95"]), num(l_m), _covered(pr["l_opt"], l_m), state])
-    return rows
+        (n_lo, n_hi), (l_lo, l_hi) = pr["n_opt"]["ci95"], pr["l_opt"]["ci95"]
+        rows.append({**key._asdict(), "budget_flops": float(pr["budget_flops"]),
+                     "n_opt_predicted": pr["n_opt"]["value"], "n_opt_lo": n_lo, "n_opt_hi": n_hi,
+                     "n_opt_measured": n_m, "n_opt_covered": _covered(pr["n_opt"], n_m),
+                     "l_opt_predicted": pr["l_opt"]["value"], "l_opt_lo": l_lo, "l_opt_hi": l_hi,
+                     "l_opt_measured": l_m, "l_opt_covered": _covered(pr["l_opt"], l_m),
+                     "measured_status": "not trained yet" if prof is None else prof.status,
+                     "from_budgets": ",".join(f"{c:.3g}" for c in pr.get("from_budgets", []))})
+    return pl.DataFrame(rows, infer_schema_length=None)
+
+
+def heldout_rows(front: frontier.Frontier, predicted: list[dict]) -> list[list[str]]:
+    """The held-out table's rows (heldout_frame, rendered)."""
+    return [[_name(frontier.EntryKey(*(r[k] for k in frontier.ENTRY))), f"{r['dataset']}/{r['split']}",
+             f"{r['budget_flops']:.3g}", interval(r["n_opt_predicted"], r["n_opt_lo"], r["n_opt_hi"]),
+             num(r["n_opt_measured"]), r["n_opt_covered"], interval(r["l_opt_predicted"], r["l_opt_lo"], r["l_opt_hi"]),
+             num(r["l_opt_measured"]), r["l_opt_covered"], r["measured_status"]]
+            for r in heldout_frame(front, predicted).iter_rows(named=True)]
 
 
 def lead_blocks(front: frontier.Frontier, reported: pl.DataFrame, specs: pl.DataFrame | None, unit: str,

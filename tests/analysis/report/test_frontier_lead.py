@@ -99,9 +99,16 @@ def test_the_held_out_table_says_whether_each_interval_covered():
     earlier = frontier.analyse(recs.filter(pl.col("budget_flops") < 1e14), 20)
     predicted = frontier_plan.predictions(earlier, [("ar", "v", 1e14)])[1e14]["entries"]
     rows = frontier_lead.heldout_rows(front, predicted)
-    assert len(rows) == 1 and rows[0][1] == "1e+14" and rows[0][4] in ("yes", "no") and rows[0][8] == "ok"
+    assert len(rows) == 1 and rows[0][1] == "shakespeare/test" and rows[0][2] == "1e+14"
+    assert rows[0][5] in ("yes", "no") and rows[0][9] == "ok"
     later = frontier_lead.heldout_rows(earlier, predicted)
-    assert later[0][8] == "not trained yet" and later[0][4] == "n/a"
+    assert later[0][9] == "not trained yet" and later[0][5] == "n/a"
+    frame = frontier_lead.heldout_frame(front, predicted)  # tables/heldout.csv: the numbers behind the rows
+    (r,) = frame.iter_rows(named=True)
+    assert r["n_opt_covered"] == ("yes" if r["n_opt_lo"] <= r["n_opt_measured"] <= r["n_opt_hi"] else "no")
+    assert r["l_opt_covered"] == ("yes" if r["l_opt_lo"] <= r["l_opt_measured"] <= r["l_opt_hi"] else "no")
+    prof = next(p for e in front.entries if e.key.family == "ar" for p in e.profiles if p.budget_flops == 1e14)
+    assert r["l_opt_measured"] == prof.l_opt and r["from_budgets"] == "1e+12,3e+12,1e+13,3e+13"
 
 
 def test_predictions_are_read_through_their_schema_and_a_damaged_file_is_named(tmp_path):
