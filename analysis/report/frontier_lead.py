@@ -51,6 +51,10 @@ def k_sentence(e: frontier.Entry, unit: str) -> str:
                if e.multipliers else "no AR frontier to read it against, or a frontier whose L_opt does not fall with C")
         return f"{_named(e.key)}: no compute multiplier inside the data: {why}." + bound_sentence(e.k_bound, unit)
     losses = sorted({k["loss"] for k in inside})
+    if all(k["ci95"][0] is None for k in inside):  # the data hold a value but no interval: not a result
+        return (f"{_named(e.key)}: k read inside the data over L_opt {num(losses[0])}–{num(losses[-1])} {unit} has no "
+                "interval (a frontier with fewer than 3 ok budgets leaves no scatter between budgets to draw); "
+                "not quoted.")
     parts = []
     for flops in frontier.FLOP_COUNTS:
         rows = [k for k in inside if k["flops"] == flops]

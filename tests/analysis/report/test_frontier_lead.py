@@ -50,6 +50,9 @@ def test_the_lead_gives_no_k_where_the_frontiers_share_no_loss_range():
     text = frontier_lead.k_sentence(entry, "nats/byte")
     assert "no compute multiplier inside the data" in text and "30" not in text
     assert text.startswith("aogpt/v nll_anyorder on d/test:")  # a study scores several evaluation sets
+    entry.multipliers = [{**entry.multipliers[0], "extrapolated": False, "ci95": [None, None]}]
+    text = frontier_lead.k_sentence(entry, "nats/byte")  # inside the data but without an interval
+    assert "has no interval" in text and "not quoted" in text and "30" not in text
 
 
 def test_isoflop_ticks_do_not_overlap_and_the_y_axis_carries_the_records_unit(monkeypatch):
