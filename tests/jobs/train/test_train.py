@@ -270,7 +270,8 @@ def test_cli_set_and_tokens(tmp_path):
         "--set", "tracking.wandb=true"])
     spec = spec_from_args(args)
     assert spec.steps == 8  # ceil(1000 / (4 * 32))
-    assert spec.warmup_steps == 0 and spec.ema == 0.99
+    # the rung's rule (jobs.run.recipes), as a study would give it: at least one warm-up step, lr capped at 3e-3
+    assert spec.warmup_steps == 1 and spec.lr == 3e-3 and spec.ema == 0.99
     assert spec.options == {"order": "uniform"} and dict(spec.tracking) == {"wandb": True}
 
 
