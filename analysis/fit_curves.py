@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import sys
 from dataclasses import dataclass, replace
@@ -220,7 +221,8 @@ def fits_json(a: Analysis, extra: dict | None = None) -> str:
            "ensemble": [{"family": s.family, "variant": s.variant, "dataset": s.dataset, "split": s.split,
                          "fits": [f.to_json() for f in s.fits],
                          "gains": [{"size": g.size, "x": g.x, "m_min": g.m_min, "m_max": g.m_max, **g.gain.to_dict()}
-                                   for g in s.gains], "gain_trend": s.gain_trend.to_dict()} for s in a.ensembles],
+                                   for g in s.gains], "gain_trend": s.gain_trend.to_dict(),
+                         "gain_change_over_span": _over_span(s.gain_trend)} for s in a.ensembles],
            **(extra or {})}
     return json.dumps(doc, sort_keys=True, indent=1, allow_nan=False) + "\n"
 
@@ -349,6 +351,18 @@ def tables(a: Analysis) -> dict[str, pl.DataFrame]:
         if not spread.is_empty():
             out["generation_repeats"] = spread.sort(generation.SAMPLER_KEYS, nulls_last=True)
     return out
+
+
+def _over_span(t) -> dict:
+    """The gain trend's change over the measured span (slope x decades), as the summary quotes it."""
+    if t.slope is None or t.lo is None or t.hi is None or t.span_decades is None:
+        return {"value": None, "ci95": [None, None]}
+    s = t.span_decades
+    return {"value": _finite_or_none(t.slope * s), "ci95": [_finite_or_none(t.lo * s), _finite_or_none(t.hi * s)]}
+
+
+def _finite_or_none(v: float) -> float | None:
+    return v if math.isfinite(v) else None
 
 
 def _heldout(a: Analysis) -> pl.DataFrame | None:
