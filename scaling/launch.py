@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from cli import InputError, Parser, float_arg, int_arg, parse, run_main
+from cli import InputError, Parser, int_arg, parse, run_main
 from analysis import DEFAULT_BOOTSTRAP
 from jobs.train import ds_config
 from analysis import MAX_BOOTSTRAP, MIN_BOOTSTRAP
@@ -35,7 +35,7 @@ from .run import study_ledger
 from .run.backends import BACKENDS, add_flags, check_foreign_flags
 from .run.scheduler import Scheduler, retry_allowance, submit_runs, to_submit
 from .study.presets import PRESETS
-from .study.settings import load_settings
+from .study import settings
 from .study.study_spec import StudyError, StudySpec, build_study, load_toml
 from .study.sweep import parse_sweep
 
@@ -50,51 +50,18 @@ def preset_help() -> str:
     return "presets (--preset NAME):\n" + "\n".join(lines)
 
 
-def numbers_arg(text: str) -> list[float]:
-    """argparse type: a comma-separated list of finite numbers (`float_arg` for each)."""
-    items = [v for v in text.split(",") if v.strip()]
-    if not items:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a list of numbers")
-    return [float_arg(v.strip()) for v in items]
-
-
 def parser() -> argparse.ArgumentParser:
     """The launch CLI's flags; unset flags are None so presets and TOML files show through."""
     p = Parser(prog="python -m scaling.launch", description=__doc__.splitlines()[0], error_prefix="launch",
                epilog=preset_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     add = p.add_argument
-    add("--preset", help=f"a named study (default quickstart): {', '.join(PRESETS)}; listed below")
     add("--spec", help="study TOML file; flags override it")
     add("--study-dir", help="study directory (default studies/<name>)")
-    add("--name", help="study name (default: the preset's name, plus a hash when flags change it)")
-    add("--families", help="comma-separated families, e.g. ar,aogpt,sigma_gpt,mdm")
-    add("--sizes", help="comma-separated sizes, e.g. 0.1M,0.3M,1M or 125M,350M,760M")
-    add("--seeds", type=int_arg, help="seeds per cell (0..N-1)")
-    add("--tokenizer", help="bytes, gpt2, a tiktoken encoding (r50k_base, cl100k_base, ...) or hf:PATH")
-    add("--corpus", help="shakespeare, a local dataset (save_to_disk folder; file, folder or glob of "
-                         "parquet/arrow/jsonl/txt) or a Hugging Face dataset name[:config]")
-    add("--text-field", help="the corpus column holding the text (default text)")
-    add("--eval-suite", "--suite", dest="eval_suite",
-        help="quick, paper, or SUITE:SET,SET (named zero-shot sets are required); alias --suite")
-    add("--seq-len", type=int_arg)
-    add("--tokens", type=int_arg, help="training tokens per run (default tokens-per-param x params)")
-    add("--tokens-per-param", type=numbers_arg, help="default 20 (Chinchilla); a list (4,8,16,32) runs each value at every size")
-    add("--budgets", type=numbers_arg, help="training-FLOP budgets (1e12,3e12,1e13): isoFLOP profiles of >= 5 sizes each")
-    add("--sweep", action="append", metavar="[FAMILY:]NAME=V,V,...",
-        help="sweep a run setting (lr, warmup, batch_size, beta1, beta2, weight_decay, min_lr_ratio); repeatable")
+    settings.add_flags(p.add_argument_group("study settings (scaling.study.settings; a --spec file's keys)"))
+    add("--set", action="append", metavar="KEY=VALUE", help="any study setting, or a field of a table "
+        "(run.beta2=0.99, resources.zero_stage=3, tracking.entity=me); the value read as TOML; repeatable")
     add("--carry-lr-from", metavar="STUDY", help="each family's lr chosen on validation at STUDY's swept budget "
         "(its report), carried to this study's other budgets (analysis.records.carry)")
-    add("--max-tokens", type=int_arg, help="cap on tokens per run")
-    add("--batch-size", type=int_arg, help="sequences per step (default: the rung's rule)")
-    add("--lr", type=float_arg, help="peak learning rate (default: the rung's rule)")
-    add("--warmup-steps", type=int_arg)
-    add("--max-steps", type=int_arg, help="cap every run's steps (changes run ids; smoke tests)")
-    add("--network", help="the network every family trains on: gpt2 (LayerNorm, tied head) or official "
-                          "(AO-GPT's RMSNorm + QK-norm + untied head), both with learned positions, "
-                          "optionally with overrides: gpt2,pos=rope (rotary positions); default: the preset's")
-    add("--ema", type=float_arg, help="EMA rate applied to every family (0 = off; default: the preset's)")
-    add("--judge-run", dest="judge", help="AR run directory that scores generated samples "
-                                          "(default: a dedicated judge run when the suite generates)")
     add("--engine", help="torch or deepspeed")
     add("--deepspeed-config", help="DeepSpeed config overlay (.json/.toml): ZeRO offload and buckets, "
         "communication, profiling; implies --engine deepspeed; run ids unchanged")
@@ -120,9 +87,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-FLAG_KEYS = ("preset", "name", "families", "sizes", "seeds", "tokenizer", "corpus", "text_field",
-             "eval_suite", "seq_len", "tokens", "tokens_per_param", "max_tokens", "batch_size", "lr",
-             "warmup_steps", "max_steps", "network", "ema", "judge", "sweep", "budgets")
+FLAG_KEYS = tuple(setting.key for setting in settings.FLAG_SETTINGS)  # the study settings given as flags
 
 
 def study_from_args(args: argparse.Namespace, world_size: int = 1) -> StudySpec:
@@ -133,8 +98,10 @@ def study_from_args(args: argparse.Namespace, world_size: int = 1) -> StudySpec:
     return build_study(*setting_layers(args, world_size))
 
 
-def setting_layers(args: argparse.Namespace, world_size: int = 1) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """The flags' settings and the `--spec` file's (scaling.study.settings.load_settings checks them)."""
+def setting_layers(args: argparse.Namespace, world_size: int = 1) -> tuple[dict[str, Any], dict[str, Any] | None,
+                                                                          dict[str, Any]]:
+    """The flags' settings, the `--spec` file's and the `--set` items' (scaling.study.settings.load_settings
+    checks them)."""
     flags: dict[str, Any] = {key: getattr(args, key) for key in FLAG_KEYS}
     engine = "deepspeed" if world_size > 1 else args.engine
     resources = {"engine": engine, ds_config.FIELD: args.deepspeed_config}
@@ -147,7 +114,7 @@ def setting_layers(args: argparse.Namespace, world_size: int = 1) -> tuple[dict[
     if args.spec:
         launch_checks.check_spec_file(args.spec)
         toml = load_toml(args.spec)
-    return flags, toml
+    return flags, toml, settings.parse_sets(getattr(args, "set", None))
 
 
 def _check(args: argparse.Namespace) -> tuple[StudySpec, Path, Any]:
@@ -210,7 +177,7 @@ def check_carry(args: argparse.Namespace, study: StudySpec) -> None:
 
 def check_plan_size(args: argparse.Namespace) -> None:
     """Refuse a plan of more than `--max-runs` runs from its count alone, before any run is built."""
-    runs = load_settings(*setting_layers(args)).planned_runs
+    runs = settings.load_settings(*setting_layers(args)).planned_runs
     if runs > args.max_runs:
         raise InputError(f"max-runs: the plan has {runs:,} runs, more than --max-runs {args.max_runs:,}; "
                          "shrink --seeds, --sizes or the arms, or raise --max-runs")

@@ -290,6 +290,8 @@ LAUNCH_CASES = [
     L(["--network", "weird"], "network"), L(["--network", "gpt2,pos=alibi"], "network"),
     L(["--network", "gpt2,rope"], "network"), L(["--ema", "1.5"], "ema"), L(["--ema", "nan"], "--ema"),
     L(["--judge-run", ""], "judge"), L(["--bogus"], "unrecognized"), L(["--slurm-partition", "gpu"], "slurm"),
+    L(["--set", "run.beta2=2"], "run.beta2"), L(["--set", "grid_points=0"], "grid_points"),
+    L(["--grid-step", "x"], "--grid-step"),
 ]
 STATUS_CASES = [
     C("status", [], "study"), C("status", ["nowhere"], "study"), C("status", ["a_file"], "study"),

@@ -23,56 +23,69 @@ SCHEDULES = ("cosine", "wsd")  # wsd: warm-up, stable at the peak, linear decay 
 COMPILE_SETTINGS = ("auto", "on", "off")  # torch.compile of the core: auto = on GPU, on CPU by jobs.run.cpu_compile
 
 
-def unhashed(default: Any) -> Any:
+def spec_field(default: Any = dataclasses.MISSING, doc: str = "", *, hashed: bool = True) -> Any:
+    """A RunSpec field with its one-line `doc`: the help of its flag `--field-name` in every command
+    that takes it (`python -m jobs.train`, and `scaling.launch` for a study-wide setting)."""
+    return field(default=default, metadata={"hashed": hashed, "doc": doc})
+
+
+def unhashed(default: Any, doc: str = "") -> Any:
     """A RunSpec field that never enters the run id (a resource or bookkeeping), declared so."""
-    return field(default=default, metadata={"hashed": False})
+    return spec_field(default, doc, hashed=False)
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    """A single training run; plain values only, so the JSON form is canonical."""
+    """A single training run; plain values only, so the JSON form is canonical.
 
-    family: str
-    size: str
-    steps: int
-    lr: float
-    warmup_steps: int
-    model_options: tuple[tuple[str, Any], ...] = ()
-    tokenizer: str = "bytes"
-    corpus: str = "shakespeare"
-    seq_len: int = 128
-    batch_size: int = 16  # sequences per optimizer step, all ranks and micro-steps together
-    micro_batch_size: int = 0  # 0 = batch_size (no accumulation)
-    min_lr_ratio: float = 0.1  # cosine floor as a fraction of peak (GPT-3 decays to 10 %)
-    schedule: str = "cosine"  # after warm-up: cosine to the floor, or wsd (SCHEDULES; jobs.train.loop.lr_at)
-    decay_fraction: float = 0.2  # wsd: the final share of steps that decays linearly to the floor
-    branch_from: str = ""  # a WSD cooldown branch: its trunk's run id (the branch starts from its state)
-    branch_step: int = 0  # ... at this step of the trunk, then decays linearly to the floor until `steps`
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0
-    ema: float = 0.0
-    seed: int = 0
-    precision: str = "auto"  # auto = bf16 autocast on GPU, fp32 on CPU
-    eval_batches: int = 8
-    text_field: str = "text"  # the corpus column holding the documents (see LATE_DEFAULTS)
+    Each field declares its default and its doc here, once; its rule (type and range) is
+    `jobs.train.spec_rules.FIELD_RULES[name]`, and `FLAG_TYPES` below types its flag."""
+
+    family: str = spec_field(doc="model family (models.FAMILIES)")
+    size: str = spec_field(doc="model size: a ladder name (0.1M, 125M) or a shape layers/width/heads")
+    steps: int = spec_field(doc="optimizer steps")
+    lr: float = spec_field(doc="peak learning rate (default: the rung's rule, jobs.run.recipes)")
+    warmup_steps: int = spec_field(doc="linear warm-up steps (default: the rung's rule, jobs.run.recipes)")
+    model_options: tuple[tuple[str, Any], ...] = spec_field((), "model options, every one resolved (models' schemas)")
+    tokenizer: str = spec_field("bytes", "bytes, gpt2, a tiktoken encoding (r50k_base, cl100k_base, ...) or hf:PATH")
+    corpus: str = spec_field("shakespeare", "shakespeare, a local dataset (save_to_disk folder; file, folder or glob "
+                             "of parquet/arrow/jsonl/txt) or a Hugging Face dataset name[:config]")
+    seq_len: int = spec_field(128, "tokens per training sequence")
+    batch_size: int = spec_field(16, "sequences per optimizer step, all ranks and micro-steps together")
+    micro_batch_size: int = spec_field(0, "sequences per forward pass on one rank (0 = batch_size, no accumulation)")
+    min_lr_ratio: float = spec_field(0.1, "the schedule's floor as a fraction of peak (GPT-3 decays to 10 %)")
+    schedule: str = spec_field("cosine", "after warm-up: cosine to the floor, or wsd (warm-up, stable, linear "
+                               "decay; jobs.train.loop.lr_at)")
+    decay_fraction: float = spec_field(0.2, "wsd: the final share of steps that decays linearly to the floor")
+    branch_from: str = spec_field("", "a WSD cooldown branch: its trunk's run id (the branch starts from its state)")
+    branch_step: int = spec_field(0, "a WSD branch: the trunk's step it starts from, then decays to the floor")
+    weight_decay: float = spec_field(0.1, "AdamW weight decay")
+    beta1: float = spec_field(0.9, "AdamW beta1")
+    beta2: float = spec_field(0.95, "AdamW beta2")
+    grad_clip: float = spec_field(1.0, "gradient-norm clip")
+    ema: float = spec_field(0.0, "EMA rate of the weights that are evaluated (0 = off)")
+    seed: int = spec_field(0, "random seed (weights, data order, masks)")
+    precision: str = spec_field("auto", "auto (bf16 autocast on GPU, fp32 on CPU), fp32 or bf16")
+    eval_batches: int = spec_field(8, "validation batches at each evaluation during training")
+    text_field: str = spec_field("text", "the corpus column holding the documents")
     # Not hashed (declared with `unhashed`): resources, cadence, bookkeeping.
-    engine: str = unhashed("torch")
-    zero_stage: int = unhashed(2)
-    compile: str = unhashed("auto")  # torch.compile of the core's block stack (COMPILE_SETTINGS)
-    deepspeed_config: str = unhashed("")  # the user's DeepSpeed overlay as canonical JSON (jobs.train.ds_config)
-    eval_every: int = unhashed(0)  # 0 = only at the end
-    checkpoint_every: int = unhashed(0)  # 0 = only at the end
-    keep_checkpoints: int = unhashed(2)
-    log_every: int = unhashed(10)
-    eval_suite: str = unhashed("quick")  # jobs.eval.evaluate's suite for the run's final evaluation
-    study: str = unhashed("")
-    variant: str = unhashed("")
-    tracking: tuple[tuple[str, Any], ...] = unhashed(())
-    role: str = unhashed("compared")  # compared | judge (scores others' samples; in no fit or gap)
-    judge: str = unhashed("")  # the run that scores this run's samples: a sibling run id or a run directory
-    snapshot_steps: str = unhashed("")  # a WSD trunk: steps ("100,200") whose state its branches start from
+    engine: str = unhashed("torch", "torch or deepspeed")
+    zero_stage: int = unhashed(2, "DeepSpeed ZeRO stage (1, 2 or 3)")
+    compile: str = unhashed("auto", "torch.compile the core: auto (on GPU; on CPU for training where "
+                            "jobs.run.cpu_compile measured that it pays) | on | off")
+    deepspeed_config: str = unhashed("", "the user's DeepSpeed overlay as canonical JSON (jobs.train.ds_config)")
+    eval_every: int = unhashed(0, "steps between evaluations (0 = only at the end)")
+    checkpoint_every: int = unhashed(0, "steps between checkpoints (0 = only at the end)")
+    keep_checkpoints: int = unhashed(2, "checkpoints kept")
+    log_every: int = unhashed(10, "steps between log lines")
+    eval_suite: str = unhashed("quick", "the final evaluation's suite: quick, paper, or SUITE:SET,SET "
+                               "(jobs.data.suites; named zero-shot sets are required)")
+    study: str = unhashed("", "the study the run belongs to")
+    variant: str = unhashed("", "the study's label of the run's arm")
+    tracking: tuple[tuple[str, Any], ...] = unhashed((), "wandb names and the plan's tags")
+    role: str = unhashed("compared", "compared | judge (scores others' samples; in no fit or gap)")
+    judge: str = unhashed("", "the run that scores this run's samples: a sibling run id or a run directory")
+    snapshot_steps: str = unhashed("", "a WSD trunk: steps (\"100,200\") whose state its branches start from")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model_options", _freeze(self.model_options))
@@ -147,6 +160,8 @@ LATE_DEFAULTS: dict[str, Any] = {"text_field": "text", "schedule": "cosine", "de
 LATE_OPTION_DEFAULTS: dict[str, Any] = {"pos": "learned", "init": "gpt2", "mask_prob": "t"}
 _NO_DEFAULT = object()
 HASHED_FIELDS = tuple(f.name for f in dataclasses.fields(RunSpec) if f.metadata.get("hashed", True))
+FIELD_DOCS: dict[str, str] = {f.name: f.metadata["doc"] for f in dataclasses.fields(RunSpec)}
+TABLE_FIELDS = ("model_options", "tracking")  # set key by key, never whole on a command line
 
 
 def canonical_json(obj: Any) -> str:

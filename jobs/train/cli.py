@@ -9,42 +9,53 @@ import argparse
 import dataclasses
 import json
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from cli import InputError, Parser, float_arg, int_arg
 from jobs.train.preflight import check_types
 from jobs.run import recipes
 from jobs.run.files import SPEC_FILE
-from jobs.run.spec import RunSpec
+from jobs.run.spec import FIELD_DOCS, RunSpec
 
 TABLE_FIELDS = {"model_options": "KEY=VALUE", "tracking": "tracking.KEY=VALUE"}  # not settable whole
 SPEC_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunSpec) if f.default is not dataclasses.MISSING}
-FLAG_FIELDS = {  # CLI flag -> RunSpec field
-    "family": "family", "size": "size", "steps": "steps", "batch_size": "batch_size",
-    "micro_batch_size": "micro_batch_size", "seq_len": "seq_len", "lr": "lr",
-    "warmup": "warmup_steps", "seed": "seed", "corpus": "corpus", "tokenizer": "tokenizer",
-    "engine": "engine", "zero_stage": "zero_stage", "checkpoint_every": "checkpoint_every",
-    "ema": "ema", "eval_every": "eval_every", "log_every": "log_every", "precision": "precision",
-    "compile": "compile",
-}
+FLAG_TYPES: dict[str, Callable[[str], Any]] = {"int": int_arg, "float": float_arg, "str": str}  # by annotation
+ALIASES = {"warmup_steps": ("--warmup",)}  # older flag names, still accepted
+
+
+def field_flag(name: str) -> str:
+    """The flag of RunSpec field `name` in every command that takes it: `--name-with-dashes`."""
+    return "--" + name.replace("_", "-")
+
+
+def flag_type(name: str) -> Callable[[str], Any]:
+    """The argparse type of RunSpec field `name`'s flag, from its annotation."""
+    return FLAG_TYPES[str(RunSpec.__dataclass_fields__[name].type)]
+
+
+def spec_flags() -> tuple[dataclasses.Field, ...]:
+    """The RunSpec fields that are flags: every one but the tables (set key by key with --set)."""
+    return tuple(f for f in dataclasses.fields(RunSpec) if f.name not in TABLE_FIELDS)
+
+
+def add_field_flag(parser: argparse._ActionsContainer, name: str) -> None:
+    """Add RunSpec field `name`'s flag: its type, its doc and its default, as the field declares them."""
+    default = SPEC_DEFAULTS.get(name)
+    shown = "" if default in (None, "") else f" (default {default})"
+    parser.add_argument(field_flag(name), *ALIASES.get(name, ()), dest=name, type=flag_type(name),
+                        help=(FIELD_DOCS[name] + shown).replace("%", "%%"))
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The `python -m jobs.train` argument parser."""
+    """The `python -m jobs.train` argument parser: one flag per RunSpec field (`spec_flags`)."""
     p = Parser(prog="python -m jobs.train", description="Train (or resume) one run.")
     p.add_argument("--run-dir", required=True, help="run directory (created; reruns resume)")
     p.add_argument("--spec", help="a spec.json to train (flags given too override its fields)")
-    for name in ("family", "size", "corpus", "tokenizer", "engine", "precision"):
-        p.add_argument(f"--{name.replace('_', '-')}")
-    p.add_argument("--compile", help="torch.compile the core: auto (on GPU; on CPU for training where "
-                                     "jobs.run.cpu_compile measured that it pays) | on | off")
-    for name in ("steps", "tokens", "batch_size", "micro_batch_size", "seq_len", "seed",
-                 "zero_stage", "checkpoint_every", "eval_every", "log_every"):
-        p.add_argument(f"--{name.replace('_', '-')}", type=int_arg)
-    p.add_argument("--warmup-steps", "--warmup", dest="warmup", type=int_arg,
-                   help="linear warm-up steps (default: the rung's rule, jobs.run.recipes); alias --warmup")
-    p.add_argument("--lr", type=float_arg, help="peak learning rate (default: the rung's rule, jobs.run.recipes)")
-    p.add_argument("--ema", type=float_arg)
+    p.add_argument("--tokens", type=int_arg, help="training tokens: sets --steps from batch_size x seq_len")
+    fields = p.add_argument_group("run spec fields (jobs.run.spec.RunSpec)")
+    for spec_field in spec_flags():
+        add_field_flag(fields, spec_field.name)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a spec field, tracking.KEY, or else a model option (value parsed as JSON)")
     p.add_argument("--max-steps-this-call", type=int_arg, help="stop (preempted) after this many steps")
@@ -119,7 +130,7 @@ def _rung_defaults(fields: dict[str, Any]) -> None:
 def spec_from_args(args: argparse.Namespace) -> RunSpec:
     """The RunSpec named by the command line (ValueError on bad input)."""
     fields = _base_fields(args)
-    fields.update({FLAG_FIELDS[k]: v for k, v in vars(args).items() if k in FLAG_FIELDS and v is not None})
+    fields.update({f.name: getattr(args, f.name) for f in spec_flags() if getattr(args, f.name) is not None})
     _apply_sets(fields, args.set)
     computed = {"steps"} if args.tokens is not None else set()  # from --tokens, below (checked by check_run)
     check_types({k: v for k, v in fields.items()

@@ -17,17 +17,15 @@ from cli.paths import marked, not_nested, user_path
 from jobs.train import preflight
 from jobs.run.files import NESTING_MARKERS, SPEC_FILE
 
+from scaling.study.settings import BY_KEY
 from scaling.study.study_spec import StudySpec
-
-_FLAG_NAMES = {"judge": "--judge-run"}  # flags whose name is not their destination's
-
 
 def check_flags(args: argparse.Namespace, keys: tuple[str, ...]) -> None:
     """No text flag is given empty (`--sizes ''` would otherwise mean "the default sizes")."""
     for key in keys + ("spec", "study_dir", "carry_lr_from"):
         value = getattr(args, key, None)
         if isinstance(value, str) and not value.strip(" ,"):
-            flag = _FLAG_NAMES.get(key, "--" + key.replace("_", "-"))
+            flag = BY_KEY[key].flag_name if key in BY_KEY else "--" + key.replace("_", "-")
             raise InputError(f"{key.replace('_', '-')}: {flag} is empty; give a value or leave the flag out")
 
 

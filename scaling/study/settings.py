@@ -10,15 +10,18 @@ tracking; a sweep or plans section fits the same way) are what `scaling.study.st
 """
 from __future__ import annotations
 
+import argparse
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
 import models
-from cli import InputError, rules
+from cli import InputError, float_arg, int_arg, rules
 from jobs.train import ds_config
 from jobs.train.spec_rules import FIELD_RULES, check_field
-from jobs.run.spec import HASHED_FIELDS
+from jobs.run.spec import FIELD_DOCS, HASHED_FIELDS
+from jobs.train.cli import flag_type
 from jobs.data.suites import DEFAULT_SUITE, EvalSuite
 from jobs.run.tracking import check_tracking
 from models.ladder import get_shape
@@ -144,36 +147,128 @@ def _sweep(field: str, value: Any) -> Any:
     return value
 
 
+def numbers_arg(text: str) -> list[float]:
+    """argparse type: a comma-separated list of finite numbers (`float_arg` for each)."""
+    items = [v for v in text.split(",") if v.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of numbers")
+    return [float_arg(v.strip()) for v in items]
+
+
 @dataclass(frozen=True)
 class Setting:
-    """One study setting: its key (TOML key and flag `--key`), its section and its rule."""
+    """One study setting, declared once: its key (TOML key, `--set` key and flag), its section, its
+    rule, and its flag's help and type. A setting without help is a table or a list of tables
+    (arms, run, resources, tracking): a file, a preset or `--set key.field=value` sets it."""
 
     key: str
     section: str
     rule: Callable[[str, Any], Any]
+    help: str = ""
+    type: Callable[[str], Any] = str
+    flag: str = ""  # the flag when it is not --key-with-dashes (the name every command uses)
+    aliases: tuple[str, ...] = ()
+    repeat: bool = False  # repeatable: the values, in order, as a list
+    metavar: str | None = None
+
+    @property
+    def flag_name(self) -> str:
+        """`--key-with-dashes`, or the declared flag."""
+        return self.flag or "--" + self.key.replace("_", "-")
 
 
+def run_field(key: str, section: str, note: str = "", **flag: Any) -> Setting:
+    """A study-wide setting that is a RunSpec field: its rule, help, type and flag name are the
+    field's (jobs.run.spec, jobs.train.spec_rules), the same as in `python -m jobs.train`."""
+    return Setting(key, section, FIELD_RULES[key], FIELD_DOCS[key] + note, flag_type(key), **flag)
+
+
+_RULE = "; default: the rung's rule"
 SETTINGS: tuple[Setting, ...] = (
-    Setting("name", "study", rules.name), Setting("preset", "study", _preset),
-    Setting("families", "study", _families), Setting("arms", "study", _arms), Setting("sizes", "study", _sizes),
-    Setting("seeds", "study", rules.positive_int), Setting("judge", "study", rules.text),
-    Setting("tokenizer", "data", FIELD_RULES["tokenizer"]), Setting("corpus", "data", FIELD_RULES["corpus"]),
-    Setting("text_field", "data", FIELD_RULES["text_field"]), Setting("eval_suite", "data", FIELD_RULES["eval_suite"]),
-    Setting("seq_len", "budget", FIELD_RULES["seq_len"]), Setting("tokens", "budget", rules.positive_int),
-    Setting("tokens_per_param", "budget", _positive_tokens_per_param),
-    Setting("max_tokens", "budget", rules.positive_int), Setting("max_steps", "budget", rules.positive_int),
-    Setting("batch_size", "budget", FIELD_RULES["batch_size"]), Setting("lr", "budget", FIELD_RULES["lr"]),
-    Setting("warmup_steps", "budget", FIELD_RULES["warmup_steps"]), Setting("warmup_tokens", "budget", rules.positive_int),
-    Setting("network", "network", _network), Setting("ema", "network", FIELD_RULES["ema"]),
+    Setting("name", "study", rules.name, "study name (default: the preset's name, plus a hash when flags change it)"),
+    Setting("preset", "study", _preset, f"a named study (default quickstart): {', '.join(PRESETS)}; listed below"),
+    Setting("families", "study", _families, "comma-separated families, e.g. ar,aogpt,sigma_gpt,mdm"),
+    Setting("arms", "study", _arms),
+    Setting("sizes", "study", _sizes, "comma-separated sizes, e.g. 0.1M,0.3M,1M or 125M,350M,760M"),
+    Setting("seeds", "study", rules.positive_int, "seeds per cell (0..N-1)", type=int_arg),
+    Setting("judge", "study", rules.text, "AR run directory that scores generated samples (default: a "
+            "dedicated judge run when the suite generates)", flag="--judge-run"),
+    run_field("tokenizer", "data"), run_field("corpus", "data"), run_field("text_field", "data"),
+    run_field("eval_suite", "data", aliases=("--suite",)),
+    run_field("seq_len", "budget"),
+    Setting("tokens", "budget", rules.positive_int, "training tokens per run (default tokens-per-param x params)",
+            type=int_arg),
+    Setting("tokens_per_param", "budget", _positive_tokens_per_param, "default 20 (Chinchilla); a list "
+            "(4,8,16,32) runs each value at every size", type=numbers_arg),
+    Setting("max_tokens", "budget", rules.positive_int, "cap on tokens per run", type=int_arg),
+    Setting("max_steps", "budget", rules.positive_int, "cap every run's steps (changes run ids; smoke tests)",
+            type=int_arg),
+    run_field("batch_size", "budget", _RULE), run_field("lr", "budget"), run_field("warmup_steps", "budget"),
+    Setting("warmup_tokens", "budget", rules.positive_int, "warm-up in tokens, when warmup-steps is not given "
+            "(default: GPT-3's, jobs.run.recipes)", type=int_arg),
+    Setting("network", "network", _network, "the network every family trains on: gpt2 (LayerNorm, tied head) or "
+            "official (AO-GPT's RMSNorm + QK-norm + untied head), both with learned positions, optionally with "
+            "overrides: gpt2,pos=rope (rotary positions); default: the preset's"),
+    run_field("ema", "network", ", applied to every family; default: the preset's"),
     Setting("run", "run", _run), Setting("resources", "resources", _resources),
     Setting("tracking", "tracking", _tracking),
     # plans along compute and sweeps (scaling.study.sweep): each reads its own rule there
-    Setting("sweep", "plans", _sweep), Setting("budgets", "plans", _numbers),
-    Setting("grid_points", "plans", rules.positive_int), Setting("grid_step", "plans", rules.positive_number),
-    Setting("optimum_seeds", "plans", rules.positive_int), Setting("optimum_span", "plans", rules.positive_int),
-    Setting("branches", "plans", _numbers), Setting("branch_decay", "plans", rules.positive_number),
+    Setting("sweep", "plans", _sweep, "sweep a run setting (lr, warmup, batch_size, beta1, beta2, weight_decay, "
+            "min_lr_ratio); repeatable", repeat=True, metavar="[FAMILY:]NAME=V,V,..."),
+    Setting("budgets", "plans", _numbers, "training-FLOP budgets (1e12,3e12,1e13): isoFLOP profiles of >= 5 "
+            "sizes each", type=numbers_arg),
+    Setting("grid_points", "plans", rules.positive_int, "sizes per isoFLOP profile (default "
+            f"{sweep.DEFAULT_GRID_POINTS})", type=int_arg),
+    Setting("grid_step", "plans", rules.positive_number, "ratio of core parameters between a profile's sizes "
+            f"(default {sweep.DEFAULT_GRID_STEP:g})", type=float_arg),
+    Setting("optimum_seeds", "plans", rules.positive_int, "seeds of the sizes around each profile's minimum "
+            "(default: --seeds)", type=int_arg),
+    Setting("optimum_span", "plans", rules.positive_int, "how many central sizes of a profile get "
+            "optimum-seeds (default 1)", type=int_arg),
+    Setting("branches", "plans", _numbers, "WSD cooldown branches at these fractions of each run's steps "
+            "(0.25,0.5; needs --set run.schedule=wsd)", type=numbers_arg),
+    Setting("branch_decay", "plans", rules.positive_number, "a branch decays over this share of the tokens "
+            f"its trunk had seen (default {sweep.DEFAULT_BRANCH_DECAY:g})", type=float_arg),
     Setting("carry_lr", "plans", lambda f, v: _plain(sweep.parse_carry, v)),
 )
+FLAG_SETTINGS = tuple(s for s in SETTINGS if s.help)  # the launcher's flags, in this order
+
+
+def add_flags(parser: argparse._ActionsContainer) -> None:
+    """One launcher flag per setting that has help; unset flags stay None (presets and files show through)."""
+    for setting in FLAG_SETTINGS:
+        parser.add_argument(setting.flag_name, *setting.aliases, dest=setting.key, type=setting.type,
+                            action="append" if setting.repeat else "store", metavar=setting.metavar,
+                            help=setting.help.replace("%", "%%"))
+
+
+def parse_sets(items: list[str] | None) -> dict[str, Any]:
+    """`--set key=value` items as a layer: `key` a setting, or `table.field` for a table (run,
+    resources, tracking); the value read as a TOML value (`0.95`, `[0.25, 0.5]`, `true`), else as text."""
+    out: dict[str, Any] = {}
+    for item in items or ():
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise InputError(f"set: {item!r} must look like key=value (e.g. --set run.beta2=0.99)")
+        table, dot, field = key.partition(".")
+        if dot and table not in TABLES:
+            raise InputError(f"set: {key} is not a setting; a dotted key sets a field of {', '.join(TABLES)}")
+        value = _toml_value(text.strip())
+        if dot:
+            out.setdefault(table, {})[field] = value
+        else:
+            out[key] = value
+    return out
+
+
+def _toml_value(text: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
 assert {s.key for s in SETTINGS if s.section == "plans"} == set(sweep.AXIS_KEYS), \
     "scaling.study.sweep's keys and SETTINGS disagree"
 BY_KEY = {setting.key: setting for setting in SETTINGS}
@@ -264,9 +359,14 @@ def check_layer(layer: dict[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
-def load_settings(flags: dict[str, Any], toml: dict[str, Any] | None = None) -> StudySettings:
-    """The study's settings from its layers: base < preset < TOML < flags, each checked first."""
-    file, given = check_layer(toml or {}, "spec"), check_layer(flags, "flags")
+def load_settings(flags: dict[str, Any], toml: dict[str, Any] | None = None,
+                  sets: dict[str, Any] | None = None) -> StudySettings:
+    """The study's settings from its layers: base < preset < TOML < flags and `--set` items
+    (`parse_sets`), each checked first; a setting given both as a flag and by `--set` is refused."""
+    file, flagged, set_layer = check_layer(toml or {}, "spec"), check_layer(flags, "flags"), check_layer(sets or {}, "set")
+    for key in sorted(set(flagged) & set(set_layer) - set(TABLES)):
+        raise InputError(f"set: {key} is given twice ({BY_KEY[key].flag_name} and --set {key}=...); give it once")
+    given = _merge([flagged, set_layer])
     user = {**file, **given}
     preset = _choose_preset(user)
     values = _merge([check_layer(preset_settings(preset), "preset") if preset else {}, file, given])
@@ -278,7 +378,7 @@ def load_settings(flags: dict[str, Any], toml: dict[str, Any] | None = None) -> 
     scalar = sweep.budget_settings(values)  # a list of tokens_per_param: each point sets its own
     budget = Budget(**{k: scalar[k] for k in BUDGET_KEYS if k in scalar})
     arms = tuple(_study_arms(values))
-    _check_typed_sweep(given.get("sweep", file.get("sweep")), {arm.family for arm in arms}, "sweep" in given)
+    _check_typed_sweep(given.get("sweep", file.get("sweep")), {arm.family for arm in arms}, "sweep" in flagged)
     return StudySettings(
         name=str(user.get("name") or preset or "study"), preset=preset,
         renamed=not user.get("name") and any(k in user for k in RESULT_KEYS if k != "preset"),

@@ -86,10 +86,11 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def build_study(flags: dict[str, Any], toml: dict[str, Any] | None = None) -> StudySpec:
-    """Load the settings (base < preset < TOML < flags, each checked), check the data and expand
-    them into cells."""
-    settings = load_settings(flags, toml)
+def build_study(flags: dict[str, Any], toml: dict[str, Any] | None = None,
+                sets: dict[str, Any] | None = None) -> StudySpec:
+    """Load the settings (base < preset < TOML < flags and `--set` items, each checked), check the
+    data and expand them into cells."""
+    settings = load_settings(flags, toml, sets)
     _check_data(settings)
     return _finish(settings, _expand(settings))
 
