@@ -30,25 +30,26 @@ def fail(field: str, value: Any, phrase: str, fix: str = "") -> InputError:
     return InputError(f"{field}: {shown} {phrase}" + (f"; {fix}" if fix else ""))
 
 
+def require(field: str, value: Any, holds: bool, phrase: str) -> Any:
+    """`value` when `holds`, else the rule's error `<field>: <value> <phrase>`."""
+    if not holds:
+        raise fail(field, value, phrase)
+    return value
+
+
 def integer(field: str, value: Any) -> int:
     """An int (not a bool, not a float)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise fail(field, value, "must be an integer")
-    return value
+    return require(field, value, not isinstance(value, bool) and isinstance(value, int), "must be an integer")
 
 
 def positive_int(field: str, value: Any) -> int:
     """An integer >= 1."""
-    if integer(field, value) < 1:
-        raise fail(field, value, "must be a positive integer")
-    return value
+    return require(field, value, integer(field, value) >= 1, "must be a positive integer")
 
 
 def at_least(field: str, value: Any, low: int) -> int:
     """An integer >= `low`."""
-    if integer(field, value) < low:
-        raise fail(field, value, f"must be an integer >= {low}")
-    return value
+    return require(field, value, integer(field, value) >= low, f"must be an integer >= {low}")
 
 
 def nonneg_int(field: str, value: Any) -> int:
@@ -58,44 +59,33 @@ def nonneg_int(field: str, value: Any) -> int:
 
 def seed(field: str, value: Any) -> int:
     """A random seed: an integer in [0, 2**63) (what torch.manual_seed and numpy take)."""
-    if nonneg_int(field, value) >= SEED_LIMIT:
-        raise fail(field, value, "must be below 2**63")
-    return value
+    return require(field, value, nonneg_int(field, value) < SEED_LIMIT, "must be below 2**63")
 
 
 def number(field: str, value: Any) -> float:
     """A finite int or float (not a bool; inf and NaN refused)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise fail(field, value, "must be a finite number")
-    return value
+    finite = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    return require(field, value, finite, "must be a finite number")
 
 
 def positive_number(field: str, value: Any) -> float:
     """A finite number > 0."""
-    if number(field, value) <= 0:
-        raise fail(field, value, "must be a positive number")
-    return value
+    return require(field, value, number(field, value) > 0, "must be a positive number")
 
 
 def nonneg_number(field: str, value: Any) -> float:
     """A finite number >= 0."""
-    if number(field, value) < 0:
-        raise fail(field, value, "must be a number >= 0")
-    return value
+    return require(field, value, number(field, value) >= 0, "must be a number >= 0")
 
 
 def rate(field: str, value: Any) -> float:
     """A finite number in [0, 1) (betas, EMA rates)."""
-    if not 0 <= number(field, value) < 1:
-        raise fail(field, value, "must be a number in [0, 1)")
-    return value
+    return require(field, value, 0 <= number(field, value) < 1, "must be a number in [0, 1)")
 
 
 def fraction(field: str, value: Any) -> float:
     """A finite number in [0, 1]."""
-    if not 0 <= number(field, value) <= 1:
-        raise fail(field, value, "must be a number in [0, 1]")
-    return value
+    return require(field, value, 0 <= number(field, value) <= 1, "must be a number in [0, 1]")
 
 
 def at_most(field: str, value: Any, limit: float, fix: str = "") -> Any:

@@ -20,6 +20,7 @@ import shlex
 import subprocess
 import sys
 import time
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,85 +180,19 @@ class Verdict:
     confounds: tuple[str, ...]
 
 
-SHARED_LR = "one lr (3e-3) shared by arms that may each need their own"
-SHARED_RUNS = ("shared runs: l2r-mix-cpu's mix:0.0 / mix:0.1, factorial-cpu's adaln+ema0 arms and dec-enc-cpu's "
-               "AO-GPT are the same runs (their cells are equal, to every printed digit), and dec-enc-cpu's MDLM is "
-               "mdm-loss-cpu's mdlm: these sections are not independent replications")
-UNDERTRAINED = "600-2,000 steps: the any-order models are under-trained at these step counts (infill-cpu)"
-VERDICTS: dict[str, Verdict] = {
-    "l2r-mix-cpu": Verdict(
-        "open", "a share of L2R data has an any-order sweet spot (Finding 3.2 vs Figure 11)",
-        "L2R loss falls with every added share (a trade-off, not a sweet spot), and no share's any-order loss "
-        "is below the 0 % arm's by an interval that excludes 0",
-        (Contrast("nll_anyorder", "0.1M", "aogpt/adaln+mix:0.1", "aogpt/adaln+mix:0.0"),
-         Contrast("nll_l2r", "0.1M", "aogpt/adaln+mix:0.9", "aogpt/adaln+mix:0.0")),
-        (SHARED_LR, SHARED_RUNS, "rotary positions", UNDERTRAINED)),
-    "dec-enc-cpu": Verdict(
-        "open", "a decoder (AO-GPT) beats an encoder (MDLM) on L2R and any-order loss (Finding 6)",
-        "At the largest size MDLM's L2R loss is above AO-GPT's by a paired interval that excludes 0, while its "
-        "any-order bound is below by one that holds 0; the ensemble gain (+0.005) is an order of magnitude below "
-        "either contrast",
-        (Contrast("nll_l2r", "3/80/2", "mdm/mdlm", "aogpt/adaln+mix:0.1"),
-         Contrast("nll_anyorder", "3/80/2", "mdm/mdlm", "aogpt/adaln+mix:0.1")),
-        (SHARED_LR, SHARED_RUNS, "MDLM's any-order figure is an upper bound (its ELBO)", UNDERTRAINED)),
-    "factorial-cpu": Verdict(
-        "open", "σ-GPT beats AO-GPT‡ (adaLN, EMA, 10 % L2R) on the same network and budget",
-        "The arms differ by an interval that excludes 0, but every arm ran at one lr and adaLN's modulation, "
-        "larger than the core, may need another (factorial-lr-cpu tunes each arm); RoPE already gives the queries "
-        "the target position, and EMA is capped at 0.991 by the warm-up",
-        (Contrast("nll_anyorder", "0.1M", "sigma_gpt/input+uniform", "aogpt/adaln+ema0.9999+mix:0.1"),),
-        (SHARED_LR, SHARED_RUNS, "the factorial's effects pool cells (no seed pairing)", UNDERTRAINED)),
-    "pe-cpu": Verdict(
-        "open", "adaLN is the best target-position injection (paper Figures 6-7); here it is the worst",
-        "The adaLN arm's loss rises with size and its seed intervals are 2-5x wider than the other variants': an "
-        "optimisation problem at the shared lr is not ruled out (pe-lr-cpu tunes each arm)",
-        (Contrast("nll_anyorder", "0.1M", "aogpt/input+mix:0.1", "aogpt/adaln+mix:0.1"),
-         Contrast("nll_anyorder", "3/80/2", "aogpt/input+mix:0.1", "aogpt/adaln+mix:0.1")),
-        (SHARED_LR, "learned positions near the unigram plateau", UNDERTRAINED)),
-    "ema-cpu": Verdict(
-        "open", "a higher EMA rate helps (paper Figure 8)",
-        "Below 8,991 steps models/ema.py's ema_decay, min(rate, (1+n)/(10+n)), gives 0.999 and 0.9999 the same "
-        "decay at every update, so at 1,500 steps their arms are one computation and the study cannot test "
-        "Figure 8 (ema-long-cpu trains 15,000 steps); the paired EMA − raw table shows no gain from EMA here",
-        (Contrast("nll_anyorder", "2/48/2", "aogpt/adaln+ema0.9999+mix:0.1", "aogpt/adaln+ema0.999+mix:0.1"),),
-        ("0.999 = 0.9999 by construction below 8,991 steps", UNDERTRAINED)),
-    "mdm-loss-cpu": Verdict(
-        "open", "the encoder objectives (MDLM, k-DCE, SEDD) rank as the paper's sources report",
-        "SEDD's any-order bound is the lowest at both sizes, but SEDD alone carries time conditioning and "
-        "the paired interval at 0.1M holds 0",
-        (Contrast("nll_anyorder", "0.1M", "mdm/sedd", "mdm/mdlm"),),
-        (SHARED_LR, SHARED_RUNS, "SEDD's time conditioning (adaLN on σ̄)", UNDERTRAINED)),
-    "infill-cpu": Verdict(
-        "open", "any-order models infill better than AR, and parallel decoding pays a joint error",
-        "AR sees only the prefix yet infills better than every any-order model that sees both sides: evidence that "
-        "the any-order models are under-trained at 1,000 steps, not a verdict on the paper; the joint error is "
-        "paired within runs (the table below), resolved at k = 8 and not at every k = 4",
-        (Contrast("infill_nll", "0.1M", "sigma_gpt/input+uniform", "ar/base"),),
-        (SHARED_LR, UNDERTRAINED, "one CPU thread at 32-byte contexts for every time")),
-    "pe-lr-cpu": Verdict(
-        "contradicts", "adaLN is the best target-position injection (paper Figures 6-7), each arm at its own lr",
-        "Trained: every arm chose lr 3e-3 on validation, inside its sweep (1e-3, 3e-3, 1e-2; no end-of-sweep "
-        "warning), and on the test slice adaLN is worse than input injection with a paired interval that excludes 0, "
-        "at this size and step count", (Contrast("nll_anyorder", "0.1M", "aogpt/input+mix:0.1", "aogpt/adaln+mix:0.1"),),
-        ("one size (0.1M)", UNDERTRAINED)),
-    "factorial-lr-cpu": Verdict(
-        "contradicts", "AO-GPT‡ (adaLN, EMA 0.9999, 10 % L2R) beats σ-GPT (paper Tables 2/4/5), each arm at its "
-        "own lr",
-        "Trained: every arm chose its lr on validation inside the widened sweep (1e-3 to 3e-2; no end-of-sweep "
-        "warning, no run on the plateau), and on the test slice σ-GPT's any-order NLL is below AO-GPT‡'s with a "
-        "paired interval that excludes 0; the factorial's effects place the difference on the injection (input "
-        "against adaLN), not on EMA or the L2R share, at this size and step count",
-        (Contrast("nll_anyorder", "0.1M", "sigma_gpt/input+uniform", "aogpt/adaln+ema0.9999+mix:0.1"),),
-        ("one size (0.1M)", "RoPE gives the queries the target position", "at 1,000 steps the warm-up caps EMA "
-         "0.9999's decay at 0.991", UNDERTRAINED)),
-    "ema-long-cpu": Verdict(
-        "contradicts", "a higher EMA rate helps (paper Figure 8), past the step where 0.999 and 0.9999 part",
-        "Trained: both arms share each seed's training run (EMA does not feed back into training, and their raw "
-        "weights score alike), so the contrast isolates the averaging and one lr serves both; the paired interval "
-        "excludes 0 on the side against the claim, at this size, lr and step count",
-        (Contrast("nll_anyorder", "2/48/2", "aogpt/adaln+ema0.9999+mix:0.1", "aogpt/adaln+ema0.999+mix:0.1"),),
-        ("one size (2/48/2)", "15,000 steps repeat Shakespeare's training split about 3.4 times")),
-}
+VERDICTS_FILE = Path(__file__).with_name("verdicts.toml")  # the verdicts' text and contrasts, as data
+
+
+def load_verdicts(path: Path = VERDICTS_FILE) -> dict[str, Verdict]:
+    """Each section's verdict from `verdicts.toml`; a confound naming a key of its [confounds]
+    table stands for that sentence (several verdicts share them)."""
+    doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    shared = doc["confounds"]
+    return {preset: Verdict(v["word"], v["claim"], v["why"], tuple(Contrast(**c) for c in v["contrasts"]),
+                            tuple(shared.get(c, c) for c in v["confounds"])) for preset, v in doc["verdicts"].items()}
+
+
+VERDICTS: dict[str, Verdict] = load_verdicts()
 def welch(points: pl.DataFrame, c: Contrast) -> tuple[float, float, float, float] | None:
     """arm − base: (difference, lo, hi, Welch dof) from each arm's mean, t-interval and n (its se is the
     interval's half-width over t(n − 1)); analysis.fit.stats.welch; None where a cell is missing or has n < 2."""

@@ -50,14 +50,14 @@ class Gap:
 
     family: str
     variant: str
-    metric: str
+    metric: str  # the records' metric (nll_l2r, nll_anyorder, ...), nats per byte
     dataset: str
     split: str
-    reference: str
-    points: tuple[GapPoint, ...]
-    trend: Trend
-    multipliers: tuple[Multiplier, ...]
-    multiplier_reason: str = ""
+    reference: str  # the reference's metric (AR's nll_l2r)
+    points: tuple[GapPoint, ...]  # one per size both cells trained, smallest first
+    trend: Trend  # how the gap changes with x (analysis.fit.stats.trend)
+    multipliers: tuple[Multiplier, ...]  # compute multipliers read off the fits, where they hold
+    multiplier_reason: str = ""  # why there are none, else ""
     reference_key: tuple[str, str] = (REFERENCE_FAMILY, "")  # the AR cell's (family, variant)
 
 

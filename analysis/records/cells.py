@@ -37,11 +37,11 @@ def conditioned(frame: pl.DataFrame) -> pl.DataFrame:
 class Point:
     """One x on a curve: per-seed values (seeds sorted); `draw_key` names its bootstrap draws."""
 
-    label: str
-    x: float
-    seeds: tuple[int, ...]
-    values: tuple[float, ...]
-    draw_key: str
+    label: str  # the size's name (`0.1M`, `2/48/2`) or the ensemble's `M=4`
+    x: float  # the curve's x: core parameters, FLOPs or tokens, as the fit was asked
+    seeds: tuple[int, ...]  # sorted
+    values: tuple[float, ...]  # one per seed, in `seeds` order
+    draw_key: str  # points sharing a key share their bootstrap draws (one model's metrics)
 
     @property
     def array(self) -> np.ndarray:

@@ -30,10 +30,10 @@ LISTED = 4  # names listed in one warning before "and N more"
 class Summary:
     """The summary's sentences: what was measured (`answer`) and what to distrust (`warnings`)."""
 
-    dataset: str
-    split: str
-    answer: tuple[str, ...]
-    warnings: tuple[str, ...]
+    dataset: str  # the evaluation set the sentences are about (shakespeare, wikitext2, ...)
+    split: str  # its split (test; validation where a study has no test records)
+    answer: tuple[str, ...]  # one sentence per measured result, each with n and its interval
+    warnings: tuple[str, ...]  # one sentence per reason to distrust a result (plateau, bound, one seed)
     lead: tuple[Block, ...] = ()  # a frontier study's frontier, shown first
 
 

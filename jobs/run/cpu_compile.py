@@ -24,30 +24,16 @@ the quickstart's network, batch 32 x 32 bytes, lr and warm-up; wall = fixed + st
    steps at 0.3M. So `auto` keeps every CPU preset eager. The previous table, one 30-step row under
    load ~10, said the same for 0.1M AO-GPT.)
 
-To refresh: run the bench alone (`--json rows.json`) and replace MEASURED with its rows.
+To refresh: run the bench alone (`--json rows.json`) and copy its rows over `cpu_compile.json`
+(MEASURED, beside this module).
 """
 from __future__ import annotations
 
-MEASURED: tuple[dict, ...] = (  # bench/bench_compile.py --sizes 0.1M,0.3M --families ar,aogpt,mdm --steps 40
-    {"family": "ar", "size": "0.1M", "steps": 40, "batch_tokens": 1024,
-     "off_fixed_s": 5.5114, "off_step_s": 0.0242, "cold_fixed_s": 46.8567, "cold_step_s": 0.0178,
-     "warm_fixed_s": 11.3865, "warm_step_s": 0.0204},
-    {"family": "aogpt", "size": "0.1M", "steps": 40, "batch_tokens": 1024,
-     "off_fixed_s": 4.4917, "off_step_s": 0.0207, "cold_fixed_s": 48.369, "cold_step_s": 0.0266,
-     "warm_fixed_s": 15.2881, "warm_step_s": 0.0283},
-    {"family": "mdm", "size": "0.1M", "steps": 40, "batch_tokens": 1024,
-     "off_fixed_s": 6.1434, "off_step_s": 0.0219, "cold_fixed_s": 51.782, "cold_step_s": 0.021,
-     "warm_fixed_s": 12.0029, "warm_step_s": 0.018},
-    {"family": "ar", "size": "0.3M", "steps": 40, "batch_tokens": 1024,
-     "off_fixed_s": 5.0935, "off_step_s": 0.0401, "cold_fixed_s": 57.2231, "cold_step_s": 0.0464,
-     "warm_fixed_s": 12.9543, "warm_step_s": 0.0378},
-    {"family": "aogpt", "size": "0.3M", "steps": 40, "batch_tokens": 1024,
-     "off_fixed_s": 6.5314, "off_step_s": 0.0621, "cold_fixed_s": 54.6713, "cold_step_s": 0.0582,
-     "warm_fixed_s": 16.9597, "warm_step_s": 0.0595},
-    {"family": "mdm", "size": "0.3M", "steps": 40, "batch_tokens": 1024,
-     "off_fixed_s": 5.0652, "off_step_s": 0.0405, "cold_fixed_s": 56.6342, "cold_step_s": 0.0465,
-     "warm_fixed_s": 12.1337, "warm_step_s": 0.0526},
-)
+import json
+from pathlib import Path
+
+# bench/bench_compile.py --sizes 0.1M,0.3M --families ar,aogpt,mdm --steps 40 --json rows.json (the table above)
+MEASURED: tuple[dict, ...] = tuple(json.loads(Path(__file__).with_name("cpu_compile.json").read_text()))
 
 
 def _row(size: str, family: str, table=MEASURED) -> dict | None:

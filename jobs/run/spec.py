@@ -1,8 +1,7 @@
 """The run spec: one frozen record of everything that defines a training run.
 
 `run_id` hashes only the fields that change results (`HASHED_FIELDS`: every field not declared
-`unhashed`); resources (engine, ZeRO
-stage, checkpoint cadence), bookkeeping (study, variant label, role, judge) and tracking names are
+`hashed=False`); resources (engine, ZeRO stage, checkpoint cadence), bookkeeping (study, variant label, role, judge) and tracking names are
 carried beside them but never enter the hash, so moving a run to another backend keeps its
 identity. `model_options` holds every model option resolved, defaults included (the study
 resolves them), so changing a default changes the run ids it affects.
@@ -25,13 +24,9 @@ COMPILE_SETTINGS = ("auto", "on", "off")  # torch.compile of the core: auto = on
 
 def spec_field(default: Any = dataclasses.MISSING, doc: str = "", *, hashed: bool = True) -> Any:
     """A RunSpec field with its one-line `doc`: the help of its flag `--field-name` in every command
-    that takes it (`python -m jobs.train`, and `scaling.launch` for a study-wide setting)."""
+    that takes it (`python -m jobs.train`, and `scaling.launch` for a study-wide setting). A field
+    declared `hashed=False` (a resource or bookkeeping) never enters the run id."""
     return field(default=default, metadata={"hashed": hashed, "doc": doc})
-
-
-def unhashed(default: Any, doc: str = "") -> Any:
-    """A RunSpec field that never enters the run id (a resource or bookkeeping), declared so."""
-    return spec_field(default, doc, hashed=False)
 
 
 @dataclass(frozen=True)
@@ -39,7 +34,8 @@ class RunSpec:
     """A single training run; plain values only, so the JSON form is canonical.
 
     Each field declares its default and its doc here, once; its rule (type and range) is
-    `jobs.train.spec_rules.FIELD_RULES[name]`, and `FLAG_TYPES` below types its flag."""
+    `jobs.train.spec_rules.FIELD_RULES[name]`, and `jobs.train.cli.flag_type` types its flag by the
+    annotation."""
 
     family: str = spec_field(doc="model family (models.FAMILIES)")
     size: str = spec_field(doc="model size: a ladder name (0.1M, 125M) or a shape layers/width/heads")
@@ -68,24 +64,27 @@ class RunSpec:
     precision: str = spec_field("auto", "auto (bf16 autocast on GPU, fp32 on CPU), fp32 or bf16")
     eval_batches: int = spec_field(8, "validation batches at each evaluation during training")
     text_field: str = spec_field("text", "the corpus column holding the documents")
-    # Not hashed (declared with `unhashed`): resources, cadence, bookkeeping.
-    engine: str = unhashed("torch", "torch or deepspeed")
-    zero_stage: int = unhashed(2, "DeepSpeed ZeRO stage (1, 2 or 3)")
-    compile: str = unhashed("auto", "torch.compile the core: auto (on GPU; on CPU for training where "
-                            "jobs.run.cpu_compile measured that it pays) | on | off")
-    deepspeed_config: str = unhashed("", "the user's DeepSpeed overlay as canonical JSON (jobs.train.ds_config)")
-    eval_every: int = unhashed(0, "steps between evaluations (0 = only at the end)")
-    checkpoint_every: int = unhashed(0, "steps between checkpoints (0 = only at the end)")
-    keep_checkpoints: int = unhashed(2, "checkpoints kept")
-    log_every: int = unhashed(10, "steps between log lines")
-    eval_suite: str = unhashed("quick", "the final evaluation's suite: quick, paper, or SUITE:SET,SET "
-                               "(jobs.data.suites; named zero-shot sets are required)")
-    study: str = unhashed("", "the study the run belongs to")
-    variant: str = unhashed("", "the study's label of the run's arm")
-    tracking: tuple[tuple[str, Any], ...] = unhashed((), "wandb names and the plan's tags")
-    role: str = unhashed("compared", "compared | judge (scores others' samples; in no fit or gap)")
-    judge: str = unhashed("", "the run that scores this run's samples: a sibling run id or a run directory")
-    snapshot_steps: str = unhashed("", "a WSD trunk: steps (\"100,200\") whose state its branches start from")
+    # Not hashed (hashed=False): resources, cadence, bookkeeping.
+    engine: str = spec_field("torch", "torch or deepspeed", hashed=False)
+    zero_stage: int = spec_field(2, "DeepSpeed ZeRO stage (1, 2 or 3)", hashed=False)
+    compile: str = spec_field("auto", "torch.compile the core: auto (on GPU; on CPU for training where "
+                              "jobs.run.cpu_compile measured that it pays) | on | off", hashed=False)
+    deepspeed_config: str = spec_field("", "the user's DeepSpeed overlay as canonical JSON (jobs.train.ds_config)",
+                                       hashed=False)
+    eval_every: int = spec_field(0, "steps between evaluations (0 = only at the end)", hashed=False)
+    checkpoint_every: int = spec_field(0, "steps between checkpoints (0 = only at the end)", hashed=False)
+    keep_checkpoints: int = spec_field(2, "checkpoints kept", hashed=False)
+    log_every: int = spec_field(10, "steps between log lines", hashed=False)
+    eval_suite: str = spec_field("quick", "the final evaluation's suite: quick, paper, or SUITE:SET,SET "
+                                 "(jobs.data.suites; named zero-shot sets are required)", hashed=False)
+    study: str = spec_field("", "the study the run belongs to", hashed=False)
+    variant: str = spec_field("", "the study's label of the run's arm", hashed=False)
+    tracking: tuple[tuple[str, Any], ...] = spec_field((), "wandb names and the plan's tags", hashed=False)
+    role: str = spec_field("compared", "compared | judge (scores others' samples; in no fit or gap)", hashed=False)
+    judge: str = spec_field("", "the run that scores this run's samples: a sibling run id or a run directory",
+                            hashed=False)
+    snapshot_steps: str = spec_field("", "a WSD trunk: steps (\"100,200\") whose state its branches start from",
+                                     hashed=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model_options", _freeze(self.model_options))

@@ -8,8 +8,6 @@ import errno
 import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from jobs.run.files import read_metrics, read_status
 from jobs.run.lock import EXIT_BUSY
 from jobs.run.spec import RunSpec
 from jobs.train.loop import main, train
+from tests.jobs.train.test_train import _launch, _wait_for_step
 
 REPO = Path(__file__).resolve().parents[3]
 IS_ROOT = os.geteuid() == 0
@@ -92,22 +91,6 @@ def test_disk_full_during_a_checkpoint_leaves_failed_status_and_no_staging(tmp_p
         assert_same_run(run_dir, reference)
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def _launch(run_dir: Path, spec_path: Path) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, "-m", "jobs.train", "--run-dir", str(run_dir), "--spec", str(spec_path)],
-                            env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-
-
-def _wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen, timeout_s: float = 180) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if any(r["step"] >= step for r in read_metrics(run_dir, "train")):
-            return
-        assert proc.poll() is None, proc.stderr.read()
-        time.sleep(0.01)
-    raise AssertionError(f"step {step} never appeared")
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
