@@ -1,10 +1,11 @@
 """The run spec: one frozen record of everything that defines a training run.
 
 `run_id` hashes only the fields that change results (`HASHED_FIELDS`: every field not declared
-`hashed=False`); resources (engine, ZeRO stage, checkpoint cadence), bookkeeping (study, variant label, role, judge) and tracking names are
-carried beside them but never enter the hash, so moving a run to another backend keeps its
-identity. `model_options` holds every model option resolved, defaults included (the study
-resolves them), so changing a default changes the run ids it affects.
+`hashed=False`); resources (engine, ZeRO stage, checkpoint cadence), bookkeeping (study, variant
+label, role, judge) and tracking names are carried beside them but never enter the hash, so
+moving a run to another backend keeps its identity. `model_options` holds every model option
+resolved, defaults included (the study resolves them), so changing a default changes the run ids
+it affects.
 """
 from __future__ import annotations
 
