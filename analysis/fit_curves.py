@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import sys
 from dataclasses import dataclass, replace
@@ -22,6 +21,7 @@ from cli.paths import user_path
 
 from analysis import DEFAULT_BOOTSTRAP, MAX_BOOTSTRAP, MIN_BOOTSTRAP
 from analysis.fit import evalnoise
+from analysis.fit.stats import finite_or_none
 from analysis.compare import ablations, distinct, fairness, generation
 from analysis.report import atomic, figures, frontier_figures, frontier_lead, sections, summary
 from analysis.fit.background import in_background, workers_from_env
@@ -214,8 +214,8 @@ def fits_json(a: Analysis, extra: dict | None = None) -> str:
            "arm_weights": arms.to_dicts(),
            "fits": [f.to_json() for f in a.fits],
            "gaps": [{"study": study, **_gap_json(g)} for g, study in zip(a.gaps, a.gap_studies or ("",) * len(a.gaps))],
-           "matched_family_gaps": [{**dataclasses.asdict(pt), "delta": _finite(pt.delta), "lo": _finite(pt.lo),
-                                    "hi": _finite(pt.hi)} for pt in a.matched],
+           "matched_family_gaps": [{**dataclasses.asdict(pt), "delta": finite_or_none(pt.delta), "lo": finite_or_none(pt.lo),
+                                    "hi": finite_or_none(pt.hi)} for pt in a.matched],
            "plateau_runs": sorted(a.plateau.filter(pl.col("plateau"))["run_id"].unique().to_list())
            if a.plateau is not None and not a.plateau.is_empty() else [],
            "ensemble": [{"family": s.family, "variant": s.variant, "dataset": s.dataset, "split": s.split,
@@ -232,12 +232,8 @@ def _gap_json(g) -> dict:
             "reference": g.reference, "trend": g.trend.to_dict(), "multiplier_reason": g.multiplier_reason,
             "points": [{"size": p.size, "x": p.x, "paired": p.paired, "n_family": p.n_family,
                         "n_reference": p.n_reference, "plateau": p.plateau, **p.delta.to_dict(),
-                        "eval_se": _finite(p.eval_se), "n_windows": p.n_windows} for p in g.points],
+                        "eval_se": finite_or_none(p.eval_se), "n_windows": p.n_windows} for p in g.points],
             "multipliers": [m.to_json() for m in g.multipliers]}
-
-
-def _finite(v: float) -> float | None:
-    return v if v == v and abs(v) != float("inf") else None
 
 
 def make_figures(a: Analysis) -> list:
@@ -358,11 +354,7 @@ def _over_span(t) -> dict:
     if t.slope is None or t.lo is None or t.hi is None or t.span_decades is None:
         return {"value": None, "ci95": [None, None]}
     s = t.span_decades
-    return {"value": _finite_or_none(t.slope * s), "ci95": [_finite_or_none(t.lo * s), _finite_or_none(t.hi * s)]}
-
-
-def _finite_or_none(v: float) -> float | None:
-    return v if math.isfinite(v) else None
+    return {"value": finite_or_none(t.slope * s), "ci95": [finite_or_none(t.lo * s), finite_or_none(t.hi * s)]}
 
 
 def _heldout(a: Analysis) -> pl.DataFrame | None:

@@ -65,7 +65,7 @@ from scipy.optimize import least_squares
 from analysis.fit import fitstatus
 from analysis.compare.gap import COMPARED_METRICS, REFERENCE_FAMILY, REFERENCE_METRIC
 from analysis.records.selection import DATA_METRICS
-from analysis.fit.stats import Q_HI, Q_LO
+from analysis.fit.stats import Q_HI, Q_LO, finite_or_none
 
 class EntryKey(NamedTuple):
     """What one frontier is: (family, variant, dataset, split, metric), a tuple in ENTRY order."""
@@ -123,13 +123,9 @@ class Profile:
     def to_json(self) -> dict:
         return {"budget_flops": self.budget_flops, "n_points": self.n_points, "n_sizes": self.n_sizes,
                 "df": self.df, "status": self.status, "notes": list(self.notes),
-                "core_flops": _finite(self.core_flops),
-                "n_opt": {"value": _finite(self.n_opt), "ci95": _ci(self.n_opt_draws)},
-                "l_opt": {"value": _finite(self.l_opt), "ci95": _ci(self.l_opt_draws)}}
-
-
-def _finite(v: float) -> float | None:
-    return float(v) if v is not None and math.isfinite(v) else None
+                "core_flops": finite_or_none(self.core_flops),
+                "n_opt": {"value": finite_or_none(self.n_opt), "ci95": _ci(self.n_opt_draws)},
+                "l_opt": {"value": finite_or_none(self.l_opt), "ci95": _ci(self.l_opt_draws)}}
 
 
 def fit_profile(budget: float, n: np.ndarray, loss: np.ndarray, rng: np.random.Generator) -> Profile:

@@ -32,7 +32,7 @@ class SeedSummary:
 
     def to_dict(self) -> dict[str, float | int | None]:
         """Plain JSON form; NaN becomes None."""
-        return {k: _finite_or_none(getattr(self, k)) for k in ("mean", "std", "se", "lo", "hi", "n")}
+        return {k: finite_or_none(getattr(self, k)) for k in ("mean", "std", "se", "lo", "hi", "n")}
 
 
 def summarise(values: np.ndarray) -> SeedSummary:
@@ -92,7 +92,10 @@ def ols_slopes(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return (yc * xc).sum(axis=-1) / (xc * xc).sum()
 
 
-def _finite_or_none(value: float | int) -> float | int | None:
+def finite_or_none(value: float | int | None) -> float | int | None:
+    """A number as JSON holds it: ints as ints, finite floats as floats, NaN, ±inf and None as None."""
+    if value is None:
+        return None
     if isinstance(value, (int, np.integer)):
         return int(value)
     return float(value) if math.isfinite(value) else None
@@ -119,12 +122,12 @@ class Trend:
 
     def to_dict(self) -> dict:
         """Plain JSON form."""
-        return {"slope_per_decade": _finite_or_none(self.slope),
-                "ci95": [_finite_or_none(self.lo), _finite_or_none(self.hi)],
+        return {"slope_per_decade": finite_or_none(self.slope),
+                "ci95": [finite_or_none(self.lo), finite_or_none(self.hi)],
                 "n_points": self.n_points, "status": self.status, "reason": self.reason, "df": self.df,
                 "method": "OLS over size means, t(df) interval",
-                "span_decades": _finite_or_none(self.span_decades),
-                "x_range": [_finite_or_none(self.x_min), _finite_or_none(self.x_max)]}
+                "span_decades": finite_or_none(self.span_decades),
+                "x_range": [finite_or_none(self.x_min), finite_or_none(self.x_max)]}
 
 
 TREND_MIN_POINTS = 3  # a line through 2 size means has no residual df
