@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import tomllib
 from collections.abc import Callable
 from typing import Any
 
@@ -52,3 +54,16 @@ def add_flags(group: argparse._ActionsContainer, declared: tuple[Flag, ...]) -> 
         else:
             group.add_argument(f"--{flag.name}", dest=flag.dest, type=flag.type,
                                action="append" if flag.repeat else "store", help=flag.help)
+
+
+def set_value(text: str) -> Any:
+    """A `--set key=value` value, read alike in every command: a TOML value (`0.95`, `[0.25, 0.5]`,
+    `true`, `"x"`, `{ a = 1 }`), else JSON (`{"a": 1}`), else the text itself (`wsd`)."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        pass
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
 from cli import InputError, Parser, float_arg, int_arg
+from cli.options import set_value
 from jobs.train.preflight import check_types
 from jobs.run import recipes
 from jobs.run.files import SPEC_FILE
@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     for spec_field in spec_flags():
         add_field_flag(fields, spec_field.name)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="a spec field, tracking.KEY, or else a model option (value parsed as JSON)")
+                   help="a spec field, tracking.KEY, or else a model option (value read as TOML, else JSON, else text)")
     p.add_argument("--max-steps-this-call", type=int_arg, help="stop (preempted) after this many steps")
     p.add_argument("--handle-signals", action="store_true", default=True,
                    help="SIGTERM/SIGUSR1/SIGUSR2/SIGINT checkpoint and stop, state preempted (the default)")
@@ -67,13 +67,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="resume a run trained on another numerics path (jobs.run.numerics; sets "
                         "AOSCALE_ALLOW_NUMERICS_CHANGE=1): its records then name both paths")
     return p
-
-
-def _parse_value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
 
 
 def _apply_sets(fields: dict[str, Any], pairs: list[str]) -> None:
@@ -86,11 +79,11 @@ def _apply_sets(fields: dict[str, Any], pairs: list[str]) -> None:
         if key in TABLE_FIELDS:
             raise InputError(f"--set: {key} is a table, set its keys one by one (--set {TABLE_FIELDS[key]})")
         if key.startswith("tracking."):
-            tracking[key.removeprefix("tracking.")] = _parse_value(value)
+            tracking[key.removeprefix("tracking.")] = set_value(value)
         elif key in names:
-            fields[key] = _parse_value(value)
+            fields[key] = set_value(value)
         else:
-            options[key] = _parse_value(value)
+            options[key] = set_value(value)
     fields["model_options"], fields["tracking"] = options, tracking
 
 

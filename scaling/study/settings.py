@@ -11,13 +11,13 @@ tracking; a sweep or plans section fits the same way) are what `scaling.study.st
 from __future__ import annotations
 
 import argparse
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
 import models
 from cli import InputError, float_arg, int_arg, rules
+from cli.options import set_value
 from jobs.train import ds_config
 from jobs.train.spec_rules import FIELD_RULES, check_field
 from jobs.run.spec import FIELD_DOCS, HASHED_FIELDS
@@ -244,7 +244,7 @@ def add_flags(parser: argparse._ActionsContainer) -> None:
 
 def parse_sets(items: list[str] | None) -> dict[str, Any]:
     """`--set key=value` items as a layer: `key` a setting, or `table.field` for a table (run,
-    resources, tracking); the value read as a TOML value (`0.95`, `[0.25, 0.5]`, `true`), else as text."""
+    resources, tracking); the value read by `cli.options.set_value`, as `python -m jobs.train --set` reads it."""
     out: dict[str, Any] = {}
     for item in items or ():
         key, sep, text = item.partition("=")
@@ -254,19 +254,12 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
         table, dot, field = key.partition(".")
         if dot and table not in TABLES:
             raise InputError(f"set: {key} is not a setting; a dotted key sets a field of {', '.join(TABLES)}")
-        value = _toml_value(text.strip())
+        value = set_value(text.strip())
         if dot:
             out.setdefault(table, {})[field] = value
         else:
             out[key] = value
     return out
-
-
-def _toml_value(text: str) -> Any:
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text
 
 
 assert {s.key for s in SETTINGS if s.section == "plans"} == set(sweep.AXIS_KEYS), \
