@@ -42,6 +42,7 @@ from jobs.run.device import Placement, placement
 from jobs.run.numerics import record_columns
 from jobs.eval.generate import GenSettings, generation_sweep, write_samples
 from models.sampling import Sampling
+from jobs.train.cli import add_field_flag, field_flag
 from jobs.train.preflight import check_eval_dir
 from jobs.eval.records import record, run_context, to_frame, write_records
 from jobs.run.lock import holding
@@ -56,7 +57,7 @@ from jobs.eval.state import check_done
 from cli import rules
 from models import likelihood as lk
 
-SUITE_FLAG = "--eval-suite"  # as scaling.launch names it; `--suite` is its alias
+SUITE_FLAG = field_flag("eval_suite")  # `--eval-suite`, as every command names it; `--suite` is its alias
 EVAL_SEED = 20240917  # any fixed number; recorded in every row as eval_seed
 LN2 = math.log(2.0)
 
@@ -429,8 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The `python -m jobs.eval.evaluate` argument parser."""
     p = Parser(prog="python -m jobs.eval.evaluate", description="Evaluate one run's checkpoint.")
     p.add_argument("--run-dir", required=True)
-    p.add_argument(SUITE_FLAG, "--suite", dest="eval_suite", default=str(DEFAULT_SUITE),
-                   help=f"quick | paper | SUITE:SET,SET (named sets required; default {DEFAULT_SUITE})")
+    add_field_flag(p, "eval_suite")  # the RunSpec field's flag, as jobs.train and scaling.launch name it
+    p.set_defaults(eval_suite=str(DEFAULT_SUITE))
     p.add_argument("--k-mc", type=int_arg, help="MC draws per sequence (permutations / ELBO samples)")
     p.add_argument("--m-max", type=int_arg, help="largest ensemble size M (sweep 1, 2, 4, ..., M)")
     p.add_argument("--n-targets", type=int_arg, help="target slots scored per sequence when ensembling")

@@ -21,7 +21,7 @@ from jobs.run.spec import FIELD_DOCS, RunSpec
 TABLE_FIELDS = {"model_options": "KEY=VALUE", "tracking": "tracking.KEY=VALUE"}  # not settable whole
 SPEC_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunSpec) if f.default is not dataclasses.MISSING}
 FLAG_TYPES: dict[str, Callable[[str], Any]] = {"int": int_arg, "float": float_arg, "str": str}  # by annotation
-ALIASES = {"warmup_steps": ("--warmup",)}  # older flag names, still accepted
+ALIASES = {"warmup_steps": ("--warmup",), "eval_suite": ("--suite",)}  # other names, still accepted
 
 
 def field_flag(name: str) -> str:

@@ -21,7 +21,7 @@ from cli.options import set_value
 from jobs.train import ds_config
 from jobs.train.spec_rules import FIELD_RULES, check_field
 from jobs.run.spec import FIELD_DOCS, HASHED_FIELDS
-from jobs.train.cli import flag_type
+from jobs.train.cli import ALIASES, flag_type
 from jobs.data.suites import DEFAULT_SUITE, EvalSuite
 from jobs.run.tracking import check_tracking
 from models.ladder import get_shape
@@ -180,7 +180,8 @@ class Setting:
 def run_field(key: str, section: str, note: str = "", **flag: Any) -> Setting:
     """A study-wide setting that is a RunSpec field: its rule, help, type and flag name are the
     field's (jobs.run.spec, jobs.train.spec_rules), the same as in `python -m jobs.train`."""
-    return Setting(key, section, FIELD_RULES[key], FIELD_DOCS[key] + note, flag_type(key), **flag)
+    return Setting(key, section, FIELD_RULES[key], FIELD_DOCS[key] + note, flag_type(key), aliases=ALIASES.get(key, ()),
+                   **flag)
 
 
 _RULE = "; default: the rung's rule"
@@ -194,7 +195,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("judge", "study", rules.text, "AR run directory that scores generated samples (default: a "
             "dedicated judge run when the suite generates)", flag="--judge-run"),
     run_field("tokenizer", "data"), run_field("corpus", "data"), run_field("text_field", "data"),
-    run_field("eval_suite", "data", aliases=("--suite",)),
+    run_field("eval_suite", "data"),
     run_field("seq_len", "budget"),
     Setting("tokens", "budget", rules.positive_int, "training tokens per run (default tokens-per-param x params)",
             type=int_arg),

@@ -95,3 +95,15 @@ def test_the_trainer_takes_every_spec_field_as_its_flag(tmp_path):
     assert again == spec
     with pytest.raises(InputError, match=r"^schedule: 'linear' is not one of cosine, wsd"):
         spec_from_args(build_parser().parse_args([*base, "--schedule", "linear"]))
+
+
+def test_the_suite_has_one_flag_with_one_alias_and_one_default_in_all_three_commands():
+    from jobs.data.suites import DEFAULT_SUITE
+    from jobs.eval.evaluate import build_parser as evaluate_parser
+
+    for parser in (build_parser(), launch.parser(), evaluate_parser()):
+        action = flags_of(parser)["--eval-suite"]
+        assert action.option_strings == ["--eval-suite", "--suite"] and action.dest == "eval_suite"
+        assert action.help.startswith(FIELD_DOCS["eval_suite"])
+    assert evaluate_parser().parse_args(["--run-dir", "r"]).eval_suite == str(DEFAULT_SUITE) == RunSpec.eval_suite
+    assert launch.parser().parse_args([]).eval_suite is None  # unset: the preset's or file's suite shows through
