@@ -98,7 +98,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=1200, help="the trunk's steps T (32 x 32 bytes each)")
     p.add_argument("--fractions", default="0.25,0.5", help="branch points, as fractions of T")
     p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--warmup", type=int, default=60)
+    p.add_argument("--warmup-steps", "--warmup", dest="warmup", type=int, default=60)
     args = p.parse_args(argv)
     fractions = [float(f) for f in args.fractions.split(",")]
     step_points = [round(f * args.steps) for f in fractions]

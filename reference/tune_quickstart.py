@@ -95,7 +95,7 @@ def train(grid: Grid, family: str, size: str, seed: int, root: Path) -> Path:
     if done(run_dir):
         return run_dir
     cmd = [sys.executable, "-m", "jobs.train", "--run-dir", str(run_dir), "--family", family,
-           "--size", size, "--steps", str(grid.steps), "--lr", str(grid.lr), "--warmup", str(grid.warmup),
+           "--size", size, "--steps", str(grid.steps), "--lr", str(grid.lr), "--warmup-steps", str(grid.warmup),
            "--seq-len", str(grid.seq_len), "--batch-size", str(grid.batch_size), "--seed", str(seed),
            "--ema", str(grid.ema), "--eval-every", str(grid.eval_every), "--log-every", "50"]
     for key, value in family_options(grid, family).items():
@@ -261,7 +261,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seeds", type=int, default=2)
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--warmup", type=int, default=50)
+    p.add_argument("--warmup-steps", "--warmup", dest="warmup", type=int, default=50)
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--ema", type=float, default=0.0)
