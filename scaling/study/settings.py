@@ -360,6 +360,10 @@ def load_settings(flags: dict[str, Any], toml: dict[str, Any] | None = None,
     file, flagged, set_layer = check_layer(toml or {}, "spec"), check_layer(flags, "flags"), check_layer(sets or {}, "set")
     for key in sorted(set(flagged) & set(set_layer) - set(TABLES)):
         raise InputError(f"set: {key} is given twice ({BY_KEY[key].flag_name} and --set {key}=...); give it once")
+    for table in sorted(set(flagged) & set(set_layer) & set(TABLES)):
+        for field in sorted(set(flagged[table]) & set(set_layer[table])):
+            raise InputError(f"set: {table}.{field} is given twice (--{field.replace('_', '-')} and --set "
+                             f"{table}.{field}=...); give it once")
     given = _merge([flagged, set_layer])
     user = {**file, **given}
     preset = _choose_preset(user)

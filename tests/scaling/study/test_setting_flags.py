@@ -107,3 +107,9 @@ def test_the_suite_has_one_flag_with_one_alias_and_one_default_in_all_three_comm
         assert action.help.startswith(FIELD_DOCS["eval_suite"])
     assert evaluate_parser().parse_args(["--run-dir", "r"]).eval_suite == str(DEFAULT_SUITE) == RunSpec.eval_suite
     assert launch.parser().parse_args([]).eval_suite is None  # unset: the preset's or file's suite shows through
+
+
+def test_a_table_field_given_by_a_flag_and_by_set_is_refused():
+    with pytest.raises(InputError, match=r"^set: resources\.engine is given twice \(--engine and --set "
+                                         r"resources\.engine=\.\.\.\); give it once"):
+        study("--engine", "torch", "--set", "resources.engine=deepspeed")
