@@ -222,7 +222,7 @@ def fits_json(a: Analysis, extra: dict | None = None) -> str:
                          "fits": [f.to_json() for f in s.fits],
                          "gains": [{"size": g.size, "x": g.x, "m_min": g.m_min, "m_max": g.m_max, **g.gain.to_dict()}
                                    for g in s.gains], "gain_trend": s.gain_trend.to_dict(),
-                         "gain_change_over_span": _over_span(s.gain_trend)} for s in a.ensembles],
+                         "gain_change_over_span": s.gain_trend.over_span()} for s in a.ensembles],
            **(extra or {})}
     return json.dumps(doc, sort_keys=True, indent=1, allow_nan=False) + "\n"
 
@@ -348,13 +348,6 @@ def tables(a: Analysis) -> dict[str, pl.DataFrame]:
             out["generation_repeats"] = spread.sort(generation.SAMPLER_KEYS, nulls_last=True)
     return out
 
-
-def _over_span(t) -> dict:
-    """The gain trend's change over the measured span (slope x decades), as the summary quotes it."""
-    if t.slope is None or t.lo is None or t.hi is None or t.span_decades is None:
-        return {"value": None, "ci95": [None, None]}
-    s = t.span_decades
-    return {"value": finite_or_none(t.slope * s), "ci95": [finite_or_none(t.lo * s), finite_or_none(t.hi * s)]}
 
 
 def _heldout(a: Analysis) -> pl.DataFrame | None:

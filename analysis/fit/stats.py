@@ -120,9 +120,18 @@ class Trend:
     x_min: float = math.nan
     x_max: float = math.nan
 
+    def over_span(self) -> dict:
+        """The change over the measured span (slope x decades) with its interval, as the report
+        quotes it ("Δ changes by ..."); None where there is no slope or span."""
+        parts = (self.slope, self.lo, self.hi, self.span_decades)
+        if any(v is None for v in parts):
+            return {"value": None, "ci95": [None, None]}
+        s = self.span_decades
+        return {"value": finite_or_none(self.slope * s), "ci95": [finite_or_none(self.lo * s), finite_or_none(self.hi * s)]}
+
     def to_dict(self) -> dict:
-        """Plain JSON form."""
-        return {"slope_per_decade": finite_or_none(self.slope),
+        """Plain JSON form, with the change over the span (`over_span`)."""
+        return {"slope_per_decade": finite_or_none(self.slope), "change_over_span": self.over_span(),
                 "ci95": [finite_or_none(self.lo), finite_or_none(self.hi)],
                 "n_points": self.n_points, "status": self.status, "reason": self.reason, "df": self.df,
                 "method": "OLS over size means, t(df) interval",

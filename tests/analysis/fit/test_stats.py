@@ -1,6 +1,8 @@
 """Seed summaries, paired bootstrap draws, factorial effects."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import polars as pl
 import pytest
@@ -48,3 +50,15 @@ def test_factorial_effects_recover_planted_main_effects_and_interaction():
     assert effects["adaln:ema"]["estimate"] == pytest.approx(0.025)
     assert effects["adaln"]["lo"] < effects["adaln"]["estimate"] < effects["adaln"]["hi"]
     assert effects["adaln"]["dof"] == 8
+
+
+def test_a_trend_reports_its_change_over_the_measured_span_as_the_report_quotes_it():
+    from analysis.fit.stats import ols_trend
+
+    t = ols_trend(np.array([1e4, 3e4, 1e5]), np.array([0.50, 0.62, 0.70]))
+    span = t.to_dict()["change_over_span"]
+    assert span["value"] == t.slope * t.span_decades and span["ci95"] == [t.lo * t.span_decades, t.hi * t.span_decades]
+    assert t.span_decades == 1.0 and t.df == 1 and span["ci95"][0] < span["value"] < span["ci95"][1]
+    from analysis.fit.stats import Trend
+
+    assert Trend(math.nan, math.nan, math.nan, 2, "not_identifiable").over_span() == {"value": None, "ci95": [None, None]}
