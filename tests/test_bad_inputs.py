@@ -190,6 +190,8 @@ TRAIN_CASES = [
     T(["--batch-size", "-1"], "batch_size"), T(["--seq-len", "1"], "seq_len"), T(["--seq-len", "0"], "seq_len"),
     T(["--lr", "0"], "lr"), T(["--lr", "-1"], "lr"), T(["--lr", "inf"], "--lr"), T(["--lr", "nan"], "--lr"),
     T(["--lr", "fast"], "--lr"), T(["--warmup", "-1"], "warmup_steps"), T(["--warmup", "-5"], "warmup_steps"),
+    T(["--schedule", "linear"], "schedule"), T(["--weight-decay", "-0.1"], "weight_decay"),
+    T(["--set", "beta2=inf"], "beta2"), T(["--text-field", ""], "text_field"),
     T(["--seed", "-1"], "seed"), T(["--set", "seed=1e23"], "seed"), T(["--set", "seed=100000000000000000000"], "seed"),
     T(["--set", 'steps="100"'], "steps"), T(["--set", 'lr="fast"'], "lr"), T(["--set", "lr=true"], "lr"),
     T(["--set", "seq_len=null"], "seq_len"), T(["--ema", "1.0"], "ema"), T(["--ema", "-0.1"], "ema"),

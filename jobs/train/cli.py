@@ -21,7 +21,8 @@ from jobs.run.spec import FIELD_DOCS, RunSpec
 TABLE_FIELDS = {"model_options": "KEY=VALUE", "tracking": "tracking.KEY=VALUE"}  # not settable whole
 SPEC_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunSpec) if f.default is not dataclasses.MISSING}
 FLAG_TYPES: dict[str, Callable[[str], Any]] = {"int": int_arg, "float": float_arg, "str": str}  # by annotation
-ALIASES = {"warmup_steps": ("--warmup",), "eval_suite": ("--suite",)}  # other names, still accepted
+# other names a field's flag answers to: older ones, and the launcher's and generate's --judge-run
+ALIASES = {"warmup_steps": ("--warmup",), "eval_suite": ("--suite",), "judge": ("--judge-run",)}
 
 
 def field_flag(name: str) -> str:

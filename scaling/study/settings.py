@@ -21,7 +21,7 @@ from cli.options import set_value
 from jobs.train import ds_config
 from jobs.train.spec_rules import FIELD_RULES, check_field
 from jobs.run.spec import FIELD_DOCS, HASHED_FIELDS
-from jobs.train.cli import ALIASES, flag_type
+from jobs.train.cli import ALIASES, field_flag, flag_type
 from jobs.data.suites import DEFAULT_SUITE, EvalSuite
 from jobs.run.tracking import check_tracking
 from models.ladder import get_shape
@@ -174,7 +174,7 @@ class Setting:
     @property
     def flag_name(self) -> str:
         """`--key-with-dashes`, or the declared flag."""
-        return self.flag or "--" + self.key.replace("_", "-")
+        return self.flag or field_flag(self.key)
 
 
 def run_field(key: str, section: str, note: str = "", **flag: Any) -> Setting:
