@@ -7,6 +7,7 @@ whether the model's block stack goes through `torch.compile` (`use_compile`).
 """
 from __future__ import annotations
 
+import os
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
@@ -30,8 +31,18 @@ def pick_device(cuda: bool | None = None, local_rank: int | None = None) -> torc
     return torch.device("cuda", rank)
 
 
+def device_bytes(device: torch.device) -> int:
+    """Memory a training process on `device` plans with: the GPU's total memory, else the
+    machine's physical RAM (jobs.train.preflight.plan_micro_batch takes its share of it)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 def use_bf16(spec, device: torch.device) -> bool:
-    """`precision` auto: bf16 autocast on GPU, fp32 on CPU; `fp32`/`bf16` as stated."""
+    """`precision` auto: bf16 autocast on GPU, fp32 on CPU; `fp32`/`bf16` as stated. bf16 is one
+    regime on every engine and world size: autocast to bf16 over fp32 weights, gradients and
+    optimizer state (jobs.train.engines)."""
     return spec.precision == "bf16" or (spec.precision == "auto" and device.type == "cuda")
 
 

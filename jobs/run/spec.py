@@ -49,7 +49,8 @@ class RunSpec:
                              "of parquet/arrow/jsonl/txt) or a Hugging Face dataset name[:config]")
     seq_len: int = spec_field(128, "tokens per training sequence")
     batch_size: int = spec_field(16, "sequences per optimizer step, all ranks and micro-steps together")
-    micro_batch_size: int = spec_field(0, "sequences per forward pass on one rank (0 = batch_size, no accumulation)")
+    micro_batch_size: int = spec_field(0, "sequences per forward pass on one rank (0 = chosen to fit the device's "
+                                       "memory, jobs.train.preflight.plan_micro_batch); not in the run id")
     min_lr_ratio: float = spec_field(0.1, "the schedule's floor as a fraction of peak (GPT-3 decays to 10 %)")
     schedule: str = spec_field("cosine", "after warm-up: cosine to the floor, or wsd (warm-up, stable, linear "
                                "decay; jobs.train.loop.lr_at)")
@@ -98,7 +99,9 @@ class RunSpec:
 
     @property
     def micro_batch(self) -> int:
-        """Sequences per forward pass on one rank before accumulation."""
+        """The explicit micro-batch, else the whole batch: what the validation batch holds
+        (jobs.train.loop.validation_loss, computed in pieces of the planned micro-batch). The
+        micro-batch a rank trains with is `jobs.train.preflight.plan_micro_batch`'s."""
         return self.micro_batch_size or self.batch_size
 
     @property
@@ -109,8 +112,12 @@ class RunSpec:
     @property
     def run_id(self) -> str:
         """sha256 of the canonical JSON of the result-changing fields, first 12 hex digits."""
+        return self._hash(HISTORIC_VALUES)
+
+    def _hash(self, frozen: dict[str, Any]) -> str:
         hashed = {name: _plain(getattr(self, name)) for name in HASHED_FIELDS
                   if LATE_DEFAULTS.get(name, _NO_DEFAULT) != getattr(self, name)}
+        hashed.update(frozen)
         hashed["model_options"] = {key: value for key, value in hashed["model_options"].items()
                                    if LATE_OPTION_DEFAULTS.get(key, _NO_DEFAULT) != value}
         return hashlib.sha256(canonical_json(hashed).encode()).hexdigest()[:12]
@@ -139,7 +146,7 @@ class RunSpec:
         if unknown:
             raise ValueError(f"spec: unknown field(s) {unknown}; valid fields: {sorted(names)}")
         spec = cls(**data)
-        if expected_id is not None and expected_id != spec.run_id:
+        if expected_id is not None and expected_id not in (spec.run_id, spec._hash({})):
             raise ValueError(f"spec: run_id {expected_id} does not match its fields ({spec.run_id})")
         return spec
 
@@ -158,6 +165,13 @@ LATE_DEFAULTS: dict[str, Any] = {"text_field": "text", "schedule": "cosine", "de
 # schemas): left out of the hash the same way. pos: the position encoding (learned | rope); init:
 # the weight initialisation (gpt2 | official); mask_prob: MDM's masking probability (t | mdlm).
 LATE_OPTION_DEFAULTS: dict[str, Any] = {"pos": "learned", "init": "gpt2", "mask_prob": "t"}
+# Fields hashed once that no longer change results, hashed at their historic value whatever they
+# hold, so every run id handed out before stays and the id no longer depends on them.
+# micro_batch_size: accumulating micro-batches is the same optimizer step (the loss is the mean over
+# the step's chunks either way), and the micro-batch that fits depends on the device
+# (jobs.train.preflight.plan_micro_batch); every spec before this rule hashed its default 0. A
+# spec.json written before it with another value keeps loading (`from_dict` accepts its old id).
+HISTORIC_VALUES: dict[str, Any] = {"micro_batch_size": 0}
 _NO_DEFAULT = object()
 HASHED_FIELDS = tuple(f.name for f in dataclasses.fields(RunSpec) if f.metadata.get("hashed", True))
 FIELD_DOCS: dict[str, str] = {f.name: f.metadata["doc"] for f in dataclasses.fields(RunSpec)}

@@ -22,8 +22,9 @@ from torch import nn
 from cli.environment import BY_NAME, world_size
 from jobs.train import ds_config
 from jobs.train.checkpoint import MODEL_FILE, load_file, save_file
-from jobs.run.device import pick_device, use_bf16, use_compile
+from jobs.run.device import device_bytes, pick_device, use_bf16, use_compile
 from jobs.run.spec import RunSpec
+from jobs.train.preflight import plan_micro_batch
 
 OPTIMIZER_FILE = "optimizer.pt"
 DS_DIR, DS_TAG = "ds", "state"
@@ -58,6 +59,8 @@ class Engine(Protocol):
     config: dict[str, Any] | None  # the engine's own config, recorded in the manifest (DeepSpeed)
     n_micro_total: int  # micro-batches per optimizer step over all ranks
     local_chunks: list[int]  # which of them this rank computes
+    micro: int  # sequences per forward pass on this rank (jobs.train.preflight.plan_micro_batch)
+    planned_bytes: int  # the memory model's bytes per rank at that micro-batch
 
     def set_lr(self, lr: float) -> None: ...
     def loss(self, tokens: torch.Tensor, generator: torch.Generator) -> torch.Tensor: ...
@@ -92,7 +95,7 @@ class TorchEngine:
             model.core.compile_stack()
         self.optimizer = make_optimizer(model, spec)
         self.grad_clip = spec.grad_clip
-        self.n_micro_total = spec.batch_size // spec.micro_batch
+        self.micro, self.n_micro_total, self.planned_bytes = plan_micro_batch(spec, 1, device_bytes(self.device))
         self.local_chunks = list(range(self.n_micro_total))
 
     def set_lr(self, lr: float) -> None:
@@ -183,10 +186,17 @@ class _LossModule(nn.Module):
         return self.model.loss(tokens, generator)
 
 
-def deepspeed_config(spec: RunSpec, world_size: int, bf16: bool) -> dict[str, Any]:
+def deepspeed_config(spec: RunSpec, world_size: int, bf16: bool, micro: int | None = None) -> dict[str, Any]:
     """The DeepSpeed config for a spec: same global batch, client AdamW, clip, ZeRO stage, with
-    the user's overlay (`spec.deepspeed_config`, checked again here) merged in."""
-    micro = spec.micro_batch_size or spec.batch_size // world_size  # 0: no accumulation
+    the user's overlay (`spec.deepspeed_config`, checked again here) merged in. `micro` is the
+    planned micro-batch per rank (default: the explicit one, else the rank's whole share).
+
+    bf16 is the torch engine's regime: DeepSpeed's `bf16` section (which casts the module to bf16,
+    leaving fp32 buffers such as rotary angles and SEDD's time features to meet bf16 weights) stays
+    off, and its `torch_autocast` section runs the forward under bf16 autocast over fp32 weights,
+    gradients and optimizer state. `lower_precision_safe_modules` is empty so every gradient is
+    reduced in fp32, as on one rank."""
+    micro = micro or spec.micro_batch_size or spec.batch_size // world_size
     if micro < 1 or spec.batch_size % (micro * world_size):
         raise ValueError(f"batch_size: {spec.batch_size} must be a multiple of micro_batch_size "
                          f"({micro}) x ranks ({world_size})")
@@ -198,8 +208,9 @@ def deepspeed_config(spec: RunSpec, world_size: int, bf16: bool) -> dict[str, An
         "zero_optimization": {"stage": spec.zero_stage},
         "zero_allow_untested_optimizer": True,  # the client optimizer is torch's AdamW
         "zero_force_ds_cpu_optimizer": False,  # ... also under an overlay's optimizer offload
-        "bf16": {"enabled": bf16},
+        "bf16": {"enabled": False},
         "fp16": {"enabled": False},
+        "torch_autocast": {"enabled": bf16, "dtype": "bfloat16", "lower_precision_safe_modules": []},
         "steps_per_print": 1 << 30,
         "wall_clock_breakdown": False,
     }
@@ -233,12 +244,13 @@ class DeepSpeedEngine:
         self.bf16, self.stage = use_bf16(spec, self.device), spec.zero_stage
         if use_compile(spec, self.device) and self.stage < 3:  # ZeRO-3's gather hooks stay eager
             model.core.compile_stack()
-        self.config = config = deepspeed_config(spec, self.world_size, self.bf16)
+        self.micro, accumulation, self.planned_bytes = plan_micro_batch(spec, self.world_size,
+                                                                        device_bytes(self.device))
+        self.config = config = deepspeed_config(spec, self.world_size, self.bf16, self.micro)
         wrapper = _LossModule(model)
         self.optimizer = make_optimizer(model, spec)
         self.ds, _, _, _ = deepspeed.initialize(model=wrapper, optimizer=self.optimizer, config=config)
         self.model = model
-        accumulation = config["gradient_accumulation_steps"]
         self.local_chunks = [self.rank * accumulation + a for a in range(accumulation)]
         self.n_micro_total = accumulation * self.world_size
 

@@ -156,13 +156,19 @@ def setup(run_dir: Path, spec: RunSpec) -> Run:
         ckpt.remove_staging(run_dir)  # what a killed process left half-written
         atomic_write_text(run_dir / SPEC_FILE, spec.to_json() + "\n")
         write_manifest(run_dir, spec, {"engine": engine.name, "world_size": engine.world_size,
-                                       "engine_config": engine.config,
+                                       "engine_config": engine.config, **_micro_record(engine),
+                                       "planned_bytes_per_rank": engine.planned_bytes,
                                        "dtype": str(dtype), "n_params": counts, "numerics": path.label,
                                        "flops_per_token": flops_per_token, **_data_hashes(spec)})
     generator = torch.Generator(device=engine.device).manual_seed(spec.seed)
     return Run(run_dir, spec, engine, batches, val_tokens, _make_ema(model, engine, spec.ema),
                generator, Tracker(run_dir, spec, engine.rank), flops_per_token,
                measure_peak_flops(engine.device, dtype), numerics=path)
+
+
+def _micro_record(engine: Engine) -> dict[str, int]:
+    """The micro-batch and accumulation steps this segment trains with (the manifest, the start row)."""
+    return {"micro_batch": engine.micro, "accumulation": engine.n_micro_total // engine.world_size}
 
 
 def save(run: Run) -> None:
@@ -239,8 +245,17 @@ def validation_loss(run: Run) -> float:
         batches = val_batches(run.val_tokens, spec.micro_batch, spec.seq_len, spec.eval_batches)
         for index, tokens in enumerate(batches):
             run.generator.manual_seed(chunk_seed(spec.seed, 0, index, VAL_SALT))
-            losses.append(float(run.engine.loss(tokens, run.generator)))
+            losses.append(_batch_loss(run.engine, tokens, run.generator))
     return float(np.mean(losses))
+
+
+def _batch_loss(engine: Engine, tokens: torch.Tensor, generator: torch.Generator) -> float:
+    """One validation batch's mean loss, in forward passes of at most the engine's micro-batch
+    (pieces weighted by their rows; one piece is the batch's own loss, as before the plan)."""
+    pieces = [(len(piece), float(engine.loss(piece, generator))) for piece in tokens.split(engine.micro)]
+    if len(pieces) == 1:
+        return pieces[0][1]
+    return sum(rows * loss for rows, loss in pieces) / len(tokens)
 
 
 def log_train(run: Run, loss: float, grad_norm: float, progress: Progress) -> None:
@@ -453,7 +468,7 @@ def _train(run: Run, stop_after: int | None, callbacks: Sequence[Callable[[Run],
         truncate_metrics(run.run_dir, run.step)
         run.tracker.log({"kind": "start", "step": run.step, "from_step": run.step,
                          "time": time.time(), "engine": run.engine.name,
-                         "world_size": run.engine.world_size})
+                         "world_size": run.engine.world_size, **_micro_record(run.engine)})
         write_status(run.run_dir, "running", step=run.step, steps=run.spec.steps)
     _catch_up_validation(run)
     state = loop(run, stop_after, callbacks)

@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from cli import InputError
 from cli.environment import hf_offline, world_size
 from jobs.data import corpus as data
 from jobs.train.spec_rules import check_run_dir, validate
 from jobs.run.files import SPEC_FILE, checkpoint_steps
+from jobs.run.device import device_bytes, pick_device
 from jobs.run.spec import RunSpec
 from jobs.data.suites import SUITES, EvalSuite
 from cli.paths import not_nested, user_path
@@ -42,12 +42,29 @@ from models import FAMILIES
 from models.families.base import capabilities, resolve_options
 from models.ladder import core_params, get_shape
 
-# Bytes per parameter in training: fp32 weights 4 + gradients 4 + AdamW moments 8 (+ EMA 4).
-STATE_BYTES_PER_PARAM = 16
+# The memory model of one rank (`memory_bytes`), uncalibrated (a GPU's max_memory_allocated is
+# another issue's): training state + one micro-batch's activations and logits, planned against
+# USABLE_FRACTION of the device's memory.
+# State bytes per parameter, fp32 throughout (bf16 is autocast over fp32 weights on every engine):
+# weights 4, gradients 4, AdamW's two moments 8; DeepSpeed's ZeRO 1/2 also keep an fp32 master
+# partition (4) beside the module's weights. ZeRO partitions over the ranks (Rajbhandari et al.
+# 2020): stage 1 the optimizer state (master + moments), stage 2 also the gradients, stage 3 also
+# the weights. EMA weights (4, fp32) live whole on rank 0.
+WEIGHT_BYTES = GRAD_BYTES = MASTER_BYTES = 4
+MOMENT_BYTES = 8
 EMA_BYTES_PER_PARAM = 4
 # Activation bytes per layer per token, fp32, no recomputation: 2 x (34 d + 5 h T) after
-# Korthikanti et al. (2022), "Reducing Activation Recomputation in Large Transformer Models", eq. 2.
+# Korthikanti et al. (2022), "Reducing Activation Recomputation in Large Transformer Models", eq. 2
+# (16-bit there; x 2 for fp32, so an upper bound under bf16 autocast, and the 5 h T attention-score
+# term is an upper bound where SDPA's fused kernels never hold the T x T scores).
 ACT_BYTES_PER_D, ACT_BYTES_PER_HT = 2 * 34, 2 * 5
+# The head's logits per token and vocabulary entry: fp32 logits 4, cross-entropy's saved
+# log-softmax 4 and the logits' gradient 4.
+LOGIT_BYTES_PER_VOCAB = 3 * 4
+# Planned share of the device's memory: the other 10 % for the CUDA context (~0.5 GiB), the
+# allocator's fragmentation and DeepSpeed's communication buckets (5e8-element defaults). A margin,
+# not a measurement.
+USABLE_FRACTION = 0.9
 IN_MEMORY_BYTES = 16 << 20  # local corpora up to this size are tokenised in memory (seconds); larger: the cache
 HUB_TIMEOUT_S = 20.0  # one resolution of a Hugging Face name; offline names fail at once
 HUB_HOST = "huggingface.co"
@@ -99,32 +116,91 @@ def model_params(spec: RunSpec) -> int:
     return core_params(shape) + tables
 
 
-def memory_bytes(spec: RunSpec, n_params: int, world_size: int = 1) -> int:
-    """Training memory of one rank: optimizer state (partitioned over ranks under ZeRO) and the
-    activations of one micro-batch (see ACT_BYTES_PER_*)."""
+def state_bytes(spec: RunSpec, n_params: int, world_size: int = 1) -> int:
+    """Training state of the largest rank (rank 0, which also keeps the EMA): see WEIGHT_BYTES."""
+    stage = spec.zero_stage if spec.engine == "deepspeed" else 0
+    split = max(1, world_size)
+    whole = WEIGHT_BYTES * (stage < 3) + GRAD_BYTES * (stage < 2) + (MOMENT_BYTES if stage == 0 else 0)
+    parted = (WEIGHT_BYTES * (stage >= 3) + GRAD_BYTES * (stage >= 2)
+              + (MASTER_BYTES + MOMENT_BYTES if stage > 0 else 0))
+    ema = EMA_BYTES_PER_PARAM if spec.ema > 0 else 0
+    return n_params * (whole + ema) + n_params * parted // split
+
+
+def activation_bytes(spec: RunSpec, micro: int) -> int:
+    """Activations and logits of one forward + backward of `micro` sequences (ACT_BYTES_PER_*,
+    LOGIT_BYTES_PER_VOCAB)."""
     shape = get_shape(spec.size)
-    per_param = STATE_BYTES_PER_PARAM + (EMA_BYTES_PER_PARAM if spec.ema > 0 else 0)
-    states = n_params * per_param // (world_size if spec.engine == "deepspeed" else 1)
-    tokens = spec.micro_batch * spec.seq_len
+    tokens = micro * spec.seq_len
     per_layer = tokens * (ACT_BYTES_PER_D * shape.d_model + ACT_BYTES_PER_HT * shape.n_head * spec.seq_len)
-    return states + shape.n_layer * per_layer
+    return shape.n_layer * per_layer + tokens * LOGIT_BYTES_PER_VOCAB * data.get_encoding(spec.tokenizer).n_vocab
+
+
+def memory_bytes(spec: RunSpec, n_params: int, world_size: int = 1, micro: int | None = None) -> int:
+    """Training memory of one rank: its state (`state_bytes`) plus the activations of a micro-batch
+    of `micro` sequences (default: the explicit micro-batch, else the rank's whole share)."""
+    micro = micro or spec.micro_batch_size or max(1, spec.batch_size // max(1, world_size))
+    return state_bytes(spec, n_params, world_size) + activation_bytes(spec, micro)
 
 
 def machine_bytes() -> tuple[int, str]:
-    """Memory one run may use here: the first GPU's when there is one, else physical RAM."""
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_properties(0).total_memory, "GPU memory"
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "RAM"
+    """Memory one rank may use here: its GPU's when there is one, else physical RAM."""
+    device = pick_device()
+    return device_bytes(device), "GPU memory" if device.type == "cuda" else "RAM"
 
 
-def check_memory(spec: RunSpec, world_size: int = 1) -> None:
-    """Refuse a run whose training state alone would not fit this machine."""
-    need = memory_bytes(spec, model_params(spec), world_size)
-    have, what = machine_bytes()
-    if need > have:
-        raise InputError(f"size: {spec.size} with batch {spec.micro_batch} x seq_len {spec.seq_len} needs about "
-                         f"{need / 2**30:.0f} GiB to train, more than this machine's {have / 2**30:.0f} GiB "
-                         f"of {what}; use a smaller --size, --batch-size or --seq-len, or a cluster backend")
+def plan_micro_batch(spec: RunSpec, world_size: int, device_bytes: int) -> tuple[int, int, int]:
+    """(micro-batch, accumulation steps, bytes per rank) of one rank among `world_size` with
+    `device_bytes` of memory: an explicit `spec.micro_batch_size` always wins; otherwise the largest
+    divisor of the rank's share (batch_size / world_size) whose `memory_bytes` fits USABLE_FRACTION
+    of the device (the whole share when it fits: one forward per step, as before the plan).
+    InputError naming the field when the batch does not split over the ranks, or nothing fits."""
+    world_size = max(1, world_size)
+    if spec.batch_size % world_size:
+        raise InputError(f"batch_size: {spec.batch_size} does not split over {world_size} ranks; use a batch "
+                         f"size that is a multiple of {world_size}, or another number of GPUs")
+    share = spec.batch_size // world_size
+    n_params = model_params(spec)
+    usable = int(device_bytes * USABLE_FRACTION)
+    if spec.micro_batch_size:
+        micro = spec.micro_batch_size
+        if share % micro:
+            raise InputError(f"micro_batch_size: {micro} does not divide each rank's {share} sequences "
+                             f"(batch_size {spec.batch_size} / {world_size} ranks); give a divisor of {share}, "
+                             "or 0 to let it be chosen")
+        return micro, share // micro, memory_bytes(spec, n_params, world_size, micro)
+    fitting = [m for m in range(share, 0, -1) if not share % m
+               and memory_bytes(spec, n_params, world_size, m) <= usable]
+    micro = fitting[0] if fitting else 1
+    return micro, share // micro, memory_bytes(spec, n_params, world_size, micro)
+
+
+def memory_formula() -> str:
+    """The memory model in one line, for the dry-run and messages."""
+    return (f"per rank: fp32 state {WEIGHT_BYTES}+{GRAD_BYTES}+{MOMENT_BYTES} B/param (+{MASTER_BYTES} master "
+            f"under ZeRO, partitioned by stage; EMA +{EMA_BYTES_PER_PARAM} on rank 0) + micro x seq x "
+            f"(layers x ({ACT_BYTES_PER_D} d + {ACT_BYTES_PER_HT} h seq) + {LOGIT_BYTES_PER_VOCAB} vocab) B "
+            f"(Korthikanti et al. 2022, fp32, no recomputation), planned to {USABLE_FRACTION:.0%} of the "
+            "device's memory (uncalibrated)")
+
+
+def check_memory(spec: RunSpec, world_size: int = 1, have: int | None = None, what: str = "") -> None:
+    """Refuse a run that does not fit the device even at micro-batch 1 (or at its explicit
+    micro_batch_size); `have` (bytes) defaults to this machine's (`machine_bytes`)."""
+    if have is None:
+        have, what = machine_bytes()
+    micro, _, need = plan_micro_batch(spec, world_size, have)
+    if need <= have * USABLE_FRACTION:
+        return
+    if spec.micro_batch_size:
+        raise InputError(f"micro_batch_size: {micro} sequences of {spec.seq_len} tokens need about "
+                         f"{need / 2**30:.1f} GiB per rank to train {spec.size}, more than {USABLE_FRACTION:.0%} "
+                         f"of {have / 2**30:.1f} GiB of {what}; use a smaller --micro-batch-size, or 0 to let it "
+                         "be chosen")
+    raise InputError(f"size: {spec.size} needs about {need / 2**30:.1f} GiB per rank to train even at micro-batch "
+                     f"1 x seq_len {spec.seq_len} on {world_size} rank(s), more than {USABLE_FRACTION:.0%} of "
+                     f"{have / 2**30:.1f} GiB of {what}; use a smaller --size or --seq-len, more GPUs, ZeRO "
+                     "stage 3, or a cluster backend")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -301,7 +377,7 @@ def check_specs(specs: Iterable[RunSpec], *, memory: bool, data: bool = True) ->
     for spec in specs:
         check_spec(spec)
     if memory and specs:
-        check_memory(max(specs, key=lambda s: memory_bytes(s, model_params(s))))
+        check_memory(max(specs, key=lambda s: memory_bytes(s, model_params(s), micro=s.micro_batch_size or 1)))
     if not data:
         return
     longest: dict[tuple[str, str, str], int] = {}
