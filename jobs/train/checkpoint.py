@@ -7,7 +7,12 @@ Layout of one checkpoint, `run_dir/ckpt/step_XXXXXXXX/`:
   works without DeepSpeed;
 - engine state: `optimizer.pt` (torch engine) or `ds/` (DeepSpeed's own `save_checkpoint`
   output), and `rank_XXXX.pt` per rank (its RNG states, both engines);
-- `meta.json` (written last): step, engine and the sha256 of every other file.
+- `meta.json` (written last): step, engine, the engine's `layout` (engine, world size, ZeRO
+  stage), the micro-batches per step (`n_micro`, `micro_batch`) and the sha256 of every other file.
+
+A checkpoint of another layout than the resuming engine's (another world size, engine or stage)
+loads through the consolidated state (`jobs.train.portable`), and the resume keeps `n_micro`
+where the new world size divides it, so the losses go on as if the run had not moved.
 
 A checkpoint is built in `ckpt/.tmp_step_XXXXXXXX/`, each file fsynced, then renamed into place,
 so a crash never leaves a half-written `step_*` directory. On load the checksums are verified;
@@ -34,6 +39,7 @@ from jobs.data.corpus import get_encoding
 import models
 from models.ema import EMA
 from jobs.run.device import pick_device
+from jobs.train import portable
 
 META_FILE = "meta.json"
 MODEL_FILE = "model.pt"
@@ -118,11 +124,12 @@ def prepare(run_dir: str | Path, step: int) -> Path:
     return tmp
 
 
-def commit(run_dir: str | Path, step: int, engine: str, keep: int) -> Path:
-    """Checksum and fsync the staged files, write meta.json, rename into place, prune to `keep`."""
+def commit(run_dir: str | Path, step: int, engine: str, keep: int, **record: Any) -> Path:
+    """Checksum and fsync the staged files, write meta.json (with `record`: the engine's layout,
+    the micro-batches per step), rename into place, prune to `keep`."""
     tmp, final = temp_dir(run_dir, step), step_dir(run_dir, step)
     files = {str(p.relative_to(tmp)): sha256_file(p, fsync=True) for p in _files(tmp)}
-    atomic_write_json(tmp / META_FILE, {"step": step, "engine": engine, "files": files})
+    atomic_write_json(tmp / META_FILE, {"step": step, "engine": engine, **record, "files": files})
     if final.exists():  # the same step saved again (e.g. preempted exactly at a checkpoint)
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -154,6 +161,24 @@ def verify(path: Path) -> str | None:
 def read_meta(path: Path) -> dict[str, Any]:
     """The checkpoint's meta.json."""
     return json.loads((path / META_FILE).read_text())
+
+
+def saved_layout(path: Path) -> dict[str, Any]:
+    """The engine, world size and ZeRO stage a checkpoint was written with (meta.json's `layout`;
+    for a checkpoint from before meta.json recorded it, read from its files)."""
+    meta = read_meta(path)
+    if "layout" in meta:
+        return meta["layout"]
+    return portable.layout(path, meta["engine"])
+
+
+def newest_record(run_dir: str | Path, key: str) -> Any:
+    """A value the newest checkpoint's meta.json recorded (None: no checkpoint, or not recorded)."""
+    saved = checkpoint_dirs(run_dir)
+    try:
+        return read_meta(saved[-1]).get(key) if saved else None
+    except (OSError, ValueError):
+        return None
 
 
 def latest_valid(run_dir: str | Path,

@@ -28,11 +28,11 @@ import numpy as np
 import torch
 
 from cli import InputError, parse, rules, run_main
-from cli.environment import ALLOW_NUMERICS_CHANGE, rank
+from cli.environment import ALLOW_NUMERICS_CHANGE, rank, world_size
 from jobs.train import checkpoint as ckpt
 from jobs.run.allocator import keep_freed_memory
 from jobs.data.corpus import Batches, corpus_hash, data_record, token_array, tokenizer_hash, val_batches
-from jobs.train.engines import Engine, eval_mode, make_engine
+from jobs.train.engines import Engine, distributed_env, eval_mode, make_engine
 from jobs.train.preflight import check_run, check_run_path
 from jobs.run import numerics
 from jobs.run.files import (SPEC_FILE, add_status_warning, atomic_write_text, checkpoint_steps, read_metrics,
@@ -41,7 +41,7 @@ from jobs.run.rng import rng_state, seed_everything, set_rng_state
 from jobs.run.lock import holding
 from jobs.run.spec import RunSpec
 from jobs.train.cli import build_parser, spec_from_args
-from jobs.train import wsd_branch
+from jobs.train import portable, wsd_branch
 from jobs.run.tracking import Progress, Tracker, measure_peak_flops, write_manifest
 from models.ema import EMA
 
@@ -134,6 +134,32 @@ def _make_ema(model: torch.nn.Module, engine: Engine, rate: float) -> EMA | None
         return EMA(model, rate) if engine.rank == 0 else None
 
 
+def resume_micro_batch(n_micro: int, batch_size: int, world: int) -> int | None:
+    """The per-rank micro-batch that keeps `n_micro` micro-batches per step on `world` ranks
+    (each micro-batch's loss noise is seeded by its index, `chunk_seed`, so keeping them keeps
+    the losses), or None where `world` does not divide them."""
+    if n_micro < 1 or n_micro % world or batch_size % n_micro:
+        return None
+    return batch_size // n_micro
+
+
+def _engine_spec(run_dir: Path, spec: RunSpec) -> tuple[RunSpec, str]:
+    """The spec the engine is built from: on a resume, with the micro-batch that keeps the newest
+    checkpoint's micro-batches per step on this world size (a warning where none can)."""
+    n_micro = ckpt.newest_record(run_dir, "n_micro")
+    if not n_micro:
+        return spec, ""
+    if spec.engine == "deepspeed":
+        distributed_env()  # WORLD_SIZE from srun's variables, as the engine will read it
+    world = 1 if spec.engine == "torch" else world_size()
+    micro = resume_micro_batch(int(n_micro), spec.batch_size, world)
+    if micro is not None:
+        return spec.replace(micro_batch_size=micro), ""
+    return spec, (f"the checkpoint's {n_micro} micro-batches per step do not split over {world} ranks; "
+                  "the run goes on with its spec's micro-batch, so each micro-batch's loss noise is "
+                  "drawn anew (the same data, an equally valid run, not the unmoved run's losses)")
+
+
 def setup(run_dir: Path, spec: RunSpec) -> Run:
     """Build model, engine, data and tracker; write spec.json and the manifest on rank 0."""
     seed_everything(spec.seed)  # the model's initial weights come from the global RNG
@@ -142,7 +168,8 @@ def setup(run_dir: Path, spec: RunSpec) -> Run:
         batches, val_tokens = _data(spec)
         flops_per_token = model.flops_per_token()  # before any engine partitions the weights
         counts = model.count_params()
-        engine = make_engine(model, spec)
+        built, regrouped = _engine_spec(run_dir, spec)
+        engine = make_engine(model, built)
     except ValueError as error:
         raise InputError(str(error)) from None
     dtype = torch.bfloat16 if engine.bf16 else torch.float32
@@ -161,9 +188,18 @@ def setup(run_dir: Path, spec: RunSpec) -> Run:
                                        "dtype": str(dtype), "n_params": counts, "numerics": path.label,
                                        "flops_per_token": flops_per_token, **_data_hashes(spec)})
     generator = torch.Generator(device=engine.device).manual_seed(spec.seed)
-    return Run(run_dir, spec, engine, batches, val_tokens, _make_ema(model, engine, spec.ema),
-               generator, Tracker(run_dir, spec, engine.rank), flops_per_token,
-               measure_peak_flops(engine.device, dtype), numerics=path)
+    run = Run(run_dir, spec, engine, batches, val_tokens, _make_ema(model, engine, spec.ema),
+              generator, Tracker(run_dir, spec, engine.rank), flops_per_token,
+              measure_peak_flops(engine.device, dtype), numerics=path)
+    if regrouped:
+        run.warn(f"run {spec.run_id}: {regrouped}")
+    return run
+
+
+def engine_layout(engine: Engine) -> dict[str, Any]:
+    """How this engine's state is laid out on disk (jobs.train.portable.layout): a checkpoint of
+    another layout is loaded through the consolidated state."""
+    return {"engine": engine.name, "world_size": engine.world_size, "zero_stage": getattr(engine, "stage", 0)}
 
 
 def _micro_record(engine: Engine) -> dict[str, int]:
@@ -173,7 +209,8 @@ def _micro_record(engine: Engine) -> dict[str, int]:
 
 def save(run: Run) -> None:
     """Checkpoint the current step (collective: every rank calls it). A failed save (a full disk)
-    removes its staging directory before the error goes on."""
+    removes its staging directory before the error goes on. meta.json records the engine's layout
+    and the micro-batches per step (`n_micro`), which a resume elsewhere keeps."""
     engine, step = run.engine, run.step
     try:
         if run.rank0:
@@ -188,7 +225,9 @@ def save(run: Run) -> None:
             ckpt.save_file({"model": weights, "ema": ema, "step": step}, folder / ckpt.MODEL_FILE)
         engine.barrier()
         if run.rank0:
-            ckpt.commit(run.run_dir, step, engine.name, run.spec.keep_checkpoints)
+            ckpt.commit(run.run_dir, step, engine.name, run.spec.keep_checkpoints,
+                        layout=engine_layout(engine), n_micro=engine.n_micro_total,
+                        micro_batch=run.spec.batch_size // engine.n_micro_total)
     except BaseException:
         if run.rank0:
             ckpt.remove_staging(run.run_dir)
@@ -211,12 +250,34 @@ def resume(run: Run) -> None:
         return
     engine = run.engine
     state = ckpt.load_file(path / ckpt.MODEL_FILE)
-    engine.load(path)
+    saved, here = ckpt.saved_layout(path), engine_layout(engine)
+    if saved == here:
+        engine.load(path)
+    else:
+        _move(run, path, saved, state["model"])
     if run.ema is not None:
         run.ema.load_state_dict(state["ema"])
-    mine = ckpt.load_file(path / f"rank_{engine.rank:04d}.pt")
+    rank_file = path / f"rank_{engine.rank:04d}.pt"  # a rank the saved run did not have: rank 0's
+    mine = ckpt.load_file(rank_file if rank_file.exists() else path / "rank_0000.pt")
     set_rng_state(mine["rng"], run.generator)
     run.step = int(state["step"])
+
+
+def _move(run: Run, path: Path, saved: dict[str, Any], weights: dict[str, torch.Tensor]) -> None:
+    """Resume a checkpoint of another engine, world size or ZeRO stage through the consolidated
+    state (fp32 weights, AdamW moments, step; jobs.train.portable)."""
+    engine = run.engine
+    state = portable.read(path, saved["engine"], engine.model, weights)
+    portable.LOADERS[engine.name](engine, state, weights)
+    if run.rank0:
+        print(f"note: run {run.spec.run_id} moves at step {state['step']} from {_layout_text(saved)} to "
+              f"{_layout_text(engine_layout(engine))}", file=sys.stderr, flush=True)
+
+
+def _layout_text(layout: dict[str, Any]) -> str:
+    stage = f" ZeRO-{layout['zero_stage']}" if layout["zero_stage"] else ""
+    ranks = layout["world_size"]
+    return f"{layout['engine']}{stage} on {ranks} rank{'s' if ranks != 1 else ''}"
 
 
 # ---------------------------------------------------------------------------------------------

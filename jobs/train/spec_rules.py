@@ -1,6 +1,6 @@
 """Checks a run makes before it touches its directory: the spec's fields (each by the one rule
 `FIELD_RULES` declares for it, cli.InputError), and that the directory holds this run (same run
-id, checkpoints from the same engine; ValueError naming the field and the fix)."""
+id; ValueError naming the field and the fix)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -12,7 +12,6 @@ from jobs.data.suites import check_suite
 from jobs.run.files import SPEC_FILE
 from jobs.run.spec import COMPILE_SETTINGS, ENGINES, PRECISIONS, ROLES, SCHEDULES, ZERO_STAGES, RunSpec
 from jobs.run.tracking import WANDB_KEYS, WANDB_MODES
-from jobs.train import checkpoint as ckpt
 
 
 def _options(field: str, value: Any) -> Any:
@@ -110,15 +109,5 @@ def check_run_dir(run_dir: Path, spec: RunSpec) -> None:
     if existing.run_id != spec.run_id:
         raise ValueError(f"run_dir: {run_dir} holds run {existing.run_id}, not {spec.run_id}; "
                          "use a fresh --run-dir or the same spec")
-    saved = ckpt.checkpoint_dirs(run_dir)
-    engine = _saved_engine(saved[-1]) if saved else spec.engine
-    if engine is not None and engine != spec.engine:
-        raise ValueError(f"engine: the checkpoints in {run_dir} were written by engine {engine!r}; "
-                         f"rerun with --engine {engine}")
-
-
-def _saved_engine(path: Path) -> str | None:
-    try:
-        return ckpt.read_meta(path)["engine"]
-    except (OSError, ValueError, KeyError):
-        return None  # a corrupt checkpoint: resume() reports it and falls back
+    # Checkpoints of another engine, world size or ZeRO stage load through the consolidated
+    # state (jobs.train.portable): a run may move.
