@@ -145,7 +145,7 @@ def _check(args: argparse.Namespace) -> tuple[StudySpec, Path, Any]:
     extending = carries_into(args, study_dir) or study_ledger.widens(study_dir, study)
     study = study_ledger.adopt_name(study_dir, study, named, extending)
     study_ledger.check_study_dir(study_dir, study, extending)
-    prepare_stage.use_cache(prepare_stage.stage(study, study_dir, args.backend).cache_dir)  # what the checks read
+    prepare_stage.use_cache(prepare_stage.stage(study, study_dir, args.backend))  # what the checks read
     launch_checks.check_study(study, study_dir)
     return study, study_dir, options
 
@@ -195,7 +195,7 @@ def launch(args: argparse.Namespace, study: StudySpec, study_dir: Path, options:
         options = backend.options(args)
     executor = backend.executor(options, study_dir)
     data_stage = prepare_stage.stage(study, study_dir, args.backend)
-    prepare_stage.use_cache(data_stage.cache_dir)
+    prepare_stage.use_cache(data_stage)
     prepare_stage.run_stage(data_stage, study_dir, executor)  # here, or a CPU job / task the runs wait for
     run_dirs = [study_ledger.run_dir(study_dir, r) for r in study.run_ids]
     attached = backend.attach(executor, run_dirs)

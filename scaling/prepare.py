@@ -70,7 +70,7 @@ def cache_folder(setting: str | None, study_dir: Path, backend: str) -> tuple[Pa
     if recorded:
         return Path(recorded), f"recorded in {study_dir / DATA_FILE}"
     if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser().absolute(), f"${CACHE_ENV}"
+        return Path(os.environ[CACHE_ENV]).expanduser().absolute(), _CHOSEN.get(os.environ[CACHE_ENV], f"${CACHE_ENV}")
     if backend in CLUSTER_BACKENDS:
         return study_dir.absolute().parent / CLUSTER_CACHE, f"--backend {backend}: beside the study dir"
     return data.cache_root().absolute(), "default"
@@ -88,7 +88,7 @@ def cache_env(cache_dir: Path | None) -> Iterator[None]:
     block comes back after (a launcher's `use_cache` inside it included)."""
     saved = os.environ.get(CACHE_ENV)
     if cache_dir is not None:
-        use_cache(cache_dir)
+        os.environ[CACHE_ENV] = str(cache_dir)
     try:
         yield
     finally:
@@ -98,9 +98,13 @@ def cache_env(cache_dir: Path | None) -> Iterator[None]:
             os.environ[CACHE_ENV] = saved
 
 
-def use_cache(cache_dir: Path) -> None:
-    """This process (and the workers it starts, which inherit it) reads and writes `cache_dir`."""
-    os.environ[CACHE_ENV] = str(cache_dir)
+_CHOSEN: dict[str, str] = {}  # cache folders `use_cache` chose in this process -> why (for the dry-run)
+
+
+def use_cache(stage_: Stage) -> None:
+    """This process (and the workers it starts, which inherit it) reads and writes the stage's cache folder."""
+    os.environ[CACHE_ENV] = str(stage_.cache_dir)
+    _CHOSEN[str(stage_.cache_dir)] = stage_.source
 
 
 def record(study_dir: Path, stage_: Stage) -> None:
