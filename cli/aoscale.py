@@ -14,6 +14,8 @@ from cli import EXIT_BAD_INPUT
 # subcommand -> (module whose `main(argv)` it runs, what it does)
 COMMANDS: dict[str, tuple[str, str]] = {
     "launch": ("scaling.launch", "plan, train, evaluate and report a study (python -m scaling.launch)"),
+    "prepare": ("scaling.prepare", "tokenise a study's corpora into its token cache before any run "
+                "(python -m scaling.prepare)"),
     "status": ("scaling.status", "every run of a study by state (python -m scaling.status)"),
     "fit": ("analysis.fit_curves", "fit scaling curves and write the report (python -m analysis.fit_curves)"),
     "train": ("jobs.train.loop", "train or resume one run (python -m jobs.train)"),

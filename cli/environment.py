@@ -195,7 +195,10 @@ KERNELS = Switch("AOSCALE_KERNELS", "1", "0", True,
 ALLOW_NUMERICS_CHANGE = Switch("AOSCALE_ALLOW_NUMERICS_CHANGE", "1", "0", False,
                                "resume a run on another numerics path; its records then name both", "jobs.run.numerics")
 WANDB = Switch("AOSCALE_WANDB", "1", "0", False, "log every run to wandb, as --wandb does", "jobs.run.tracking")
-SWITCHES = (KERNELS, ALLOW_NUMERICS_CHANGE, WANDB)
+REQUIRE_PREPARED = Switch("AOSCALE_REQUIRE_PREPARED", "1", "0", False,
+                          "never tokenise or download a corpus: a run whose token cache is missing is refused, naming "
+                          "`aoscale prepare` (the Slurm and Ray executors set it for their jobs)", "jobs.data.corpus")
+SWITCHES = (KERNELS, ALLOW_NUMERICS_CHANGE, WANDB, REQUIRE_PREPARED)
 
 PIPELINE = Variable("AOSCALE_PIPELINE", "module:function naming an importable function, e.g. " + DEFAULT_PIPELINE,
                     "the callable every executor runs on a run folder", pipeline_target, None, "jobs.executors")
@@ -284,6 +287,11 @@ def kernels_enabled() -> bool:
 def numerics_change_allowed() -> bool:
     """`AOSCALE_ALLOW_NUMERICS_CHANGE`: whether a resume may continue on another numerics path."""
     return ALLOW_NUMERICS_CHANGE.read()
+
+
+def require_prepared() -> bool:
+    """`AOSCALE_REQUIRE_PREPARED`: whether this process may only read prepared token caches."""
+    return REQUIRE_PREPARED.read()
 
 
 def world_size() -> int:

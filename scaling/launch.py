@@ -29,6 +29,7 @@ from jobs.executors import EXECUTORS, Executor, one_line
 from jobs.executors.local import visible_gpus
 from jobs.run.lock import exclusive
 
+from . import prepare as prepare_stage
 from .plan import launch_checks
 from .plan.dry_run import format_plan, plan_rows, refusal, usable_cores
 from .run import study_ledger
@@ -144,6 +145,7 @@ def _check(args: argparse.Namespace) -> tuple[StudySpec, Path, Any]:
     extending = carries_into(args, study_dir) or study_ledger.widens(study_dir, study)
     study = study_ledger.adopt_name(study_dir, study, named, extending)
     study_ledger.check_study_dir(study_dir, study, extending)
+    prepare_stage.use_cache(prepare_stage.stage(study, study_dir, args.backend))  # what the checks read
     launch_checks.check_study(study, study_dir)
     return study, study_dir, options
 
@@ -192,6 +194,9 @@ def launch(args: argparse.Namespace, study: StudySpec, study_dir: Path, options:
     if options is None:
         options = backend.options(args)
     executor = backend.executor(options, study_dir)
+    data_stage = prepare_stage.stage(study, study_dir, args.backend)
+    prepare_stage.use_cache(data_stage)
+    prepare_stage.run_stage(data_stage, study_dir, executor)  # here, or a CPU job / task the runs wait for
     run_dirs = [study_ledger.run_dir(study_dir, r) for r in study.run_ids]
     attached = backend.attach(executor, run_dirs)
     if backend.detached and not args.wait:
@@ -274,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(parser(), argv)
     if isinstance(args, int):  # --help or a parse error (already printed as one line)
         return args
-    return run_main("launch", lambda: _main(args))
+    with prepare_stage.cache_env(None):  # the study's cache folder is set for this launch only
+        return run_main("launch", lambda: _main(args))
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -285,6 +291,7 @@ def _main(args: argparse.Namespace) -> int:
     has_gpu = bool(visible_gpus())
     if args.dry_run:
         print(format_plan(study, rows, usable_cores(), has_gpu))
+        print(prepare_stage.describe(prepare_stage.stage(study, study_dir, args.backend), args.backend, options))
         describe = BACKENDS[args.backend].describe
         if describe is not None:
             todo = [r for r in study.run_ids if study_ledger.view(study_dir, r).state != "done"]

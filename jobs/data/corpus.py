@@ -28,6 +28,8 @@ import numpy as np
 import tiktoken
 import torch
 
+from cli import InputError
+from cli.environment import require_prepared as prepared_only
 from jobs.data import tokencache
 from jobs.run.files import atomic_write
 from jobs.data.tokenizers import eot_token, get_encoding, token_dtype, tokenizer_hash  # noqa: F401 - re-exported
@@ -421,19 +423,41 @@ def encode_joined(documents: list[str], enc: tiktoken.Encoding, *,
     return np.concatenate(parts) if parts else eot[:0]
 
 
+PREPARE_COMMAND = "aoscale prepare STUDY_DIR"  # also `python -m scaling.prepare STUDY_DIR`
+
+
+def prepared_manifest(corpus: str, tokenizer: str, text_field: str = DEFAULT_TEXT_FIELD) -> dict[str, Any] | None:
+    """The manifest of the corpus's complete token cache, or None when it is not prepared (reads
+    nothing of the corpus but a local corpus's file hashes, jobs.data.corpus.file_sha256)."""
+    return tokencache.read_manifest(cache_folder(corpus, tokenizer, text_field))
+
+
+def not_prepared(corpus: str, tokenizer: str, text_field: str = DEFAULT_TEXT_FIELD) -> InputError:
+    """The one-line refusal of a job that may only read prepared data (AOSCALE_REQUIRE_PREPARED=1)."""
+    return InputError(f"corpus: {corpus} (tokenizer {tokenizer}, text field {text_field}) is not prepared in "
+                      f"{cache_root()}, and this job never downloads or tokenises (AOSCALE_REQUIRE_PREPARED=1, "
+                      f"set for Slurm and Ray jobs); run `{PREPARE_COMMAND}` (python -m scaling.prepare) with "
+                      f"the same --cache-dir first, or relaunch the study: the launcher prepares before the runs")
+
+
 def token_cache(corpus: str, tokenizer: str, text_field: str = DEFAULT_TEXT_FIELD, *,
-                workers: int | None = None) -> dict[str, Any]:
+                workers: int | None = None, report: bool = False,
+                require_prepared: bool | None = None) -> dict[str, Any]:
     """The manifest of the corpus's token cache, tokenising it first when needed (see
-    `jobs.data.tokencache`: parallel, sharded, resumable; `workers` default one per core)."""
+    `jobs.data.tokencache`: parallel, sharded, resumable; `workers` default one per core;
+    `report`: progress lines with tokens/s whatever the size). With `require_prepared` (default:
+    the AOSCALE_REQUIRE_PREPARED switch) a missing cache is refused (`not_prepared`) instead."""
     folder = cache_folder(corpus, tokenizer, text_field)
     manifest = tokencache.read_manifest(folder)
     if manifest is not None:
         return manifest
+    if prepared_only() if require_prepared is None else require_prepared:
+        raise not_prepared(corpus, tokenizer, text_field)
     plan = dataclasses.replace(corpus_sources(corpus, text_field), tokenizer=tokenizer)
     describe = {"corpus": corpus, "corpus_identity": corpus_identity(corpus), "text_field": text_field,
                 "tokenizer": tokenizer, "tokenizer_hash": tokenizer_hash(tokenizer),
                 "data_version": DATA_VERSION}
-    return tokencache.build(folder, plan, describe, workers=workers)
+    return tokencache.build(folder, plan, describe, workers=workers, report=report)
 
 
 def token_array(corpus: str, tokenizer: str, split: str,

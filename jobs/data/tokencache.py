@@ -28,6 +28,7 @@ import os
 import pickle
 import shutil
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +46,8 @@ HELD_OUT_FRACTION = 0.0005  # nanoGPT's OpenWebText validation share (data/openw
 HELD_OUT_MIN_DOCS = 1000  # at least this many documents are held out ...
 HELD_OUT_MAX_SHARE = 0.5  # ... but never more than half the corpus (a small corpus keeps training data)
 MIN_JOBS_FOR_POOL = 4  # fewer jobs run in this process: starting workers would cost more
-PROGRESS_MIN_JOBS = 20  # corpora with fewer jobs tokenise without progress lines
+PROGRESS_MIN_JOBS = 20  # corpora with fewer jobs tokenise without progress lines (unless asked)
+PROGRESS_EVERY_S = 2.0  # a progress line at most this often (and at the last shard)
 MANIFEST = "manifest.json"
 SPLITS = ("train", "validation")
 
@@ -172,8 +174,9 @@ def _encode(texts: list[str], enc: Any) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
 
-def run_job(job: Job) -> str:
-    """Tokenise one job into its shard files and marker (in a worker, after `_init_worker`)."""
+def run_job(job: Job) -> tuple[str, int]:
+    """Tokenise one job into its shard files and marker (in a worker, after `_init_worker`);
+    returns the job's stem and its token count."""
     plan, shard_dir, enc = _WORKER["plan"], _WORKER["shard_dir"], _WORKER["enc"]
     routed: dict[str, list[str]] = {split: [] for split in SPLITS}
     for text in plan.sources[job.source].texts(job.start, job.stop):
@@ -185,11 +188,13 @@ def run_job(job: Job) -> str:
         atomic_write(shard_dir / f"{job.stem}.{split}.bin", lambda out: out.write(tokens.tobytes()))
         marker[split] = {"documents": len(texts), "tokens": int(tokens.size)}
     atomic_write(shard_dir / f"{job.stem}.json", lambda out: out.write(json.dumps(marker).encode()))
-    return job.stem
+    return job.stem, sum(split["tokens"] for split in marker.values())
 
 
-def _run_jobs(plan: Plan, jobs: list[Job], shard_dir: Path, workers: int,
-              progress: Callable[[str], None] | None) -> None:
+Progress = Callable[[str, int], None]  # called with each finished job's stem and token count
+
+
+def _run_jobs(plan: Plan, jobs: list[Job], shard_dir: Path, workers: int, progress: Progress | None) -> None:
     if not jobs:
         return
     if workers <= 1 or len(jobs) < MIN_JOBS_FOR_POOL:
@@ -201,23 +206,33 @@ def _run_jobs(plan: Plan, jobs: list[Job], shard_dir: Path, workers: int,
         _collect(pool.imap_unordered(run_job, jobs), progress)
 
 
-def _collect(done: Iterator[str], progress: Callable[[str], None] | None) -> None:
+def _collect(done: Iterator[tuple[str, int]], progress: Progress | None) -> None:
     """Take each finished job (its shard and marker written) as it comes. Fault point
     `tokencache.shard_done`: the builder dies with a shard done and the others not."""
-    for stem in done:
-        progress and progress(stem)
+    for stem, tokens in done:
+        progress and progress(stem, tokens)
         fault_point("tokencache.shard_done")
 
-def _progress_printer(corpus: object, total: int, done: int) -> Callable[[str], None] | None:
-    """Prints "tokenising CORPUS: k/n shards" about every 5 % on stderr (big corpora only)."""
-    if total - done < PROGRESS_MIN_JOBS:
-        return None
-    every, count = max(1, total // 20), [done]
 
-    def report(_: str) -> None:
+def _progress_printer(corpus: object, total: int, done: int, always: bool) -> Progress | None:
+    """Prints "tokenising CORPUS: k/n shards, T tokens, R tokens/s" on stderr at most every
+    PROGRESS_EVERY_S seconds and at the last shard; R counts this call's shards over its wall
+    time. Without `always`, only for corpora of PROGRESS_MIN_JOBS shards or more to do."""
+    if not always and total - done < PROGRESS_MIN_JOBS:
+        return None
+    start = last = time.monotonic()
+    count, tokens = [done], [0]
+
+    def report(_: str, n_tokens: int) -> None:
+        nonlocal last
         count[0] += 1
-        if count[0] % every == 0 or count[0] == total:
-            print(f"tokenising {corpus}: {count[0]}/{total} shards", file=sys.stderr, flush=True)
+        tokens[0] += n_tokens
+        now = time.monotonic()
+        if now - last >= PROGRESS_EVERY_S or count[0] == total:
+            last = now
+            rate = tokens[0] / max(now - start, 1e-9)
+            print(f"tokenising {corpus}: {count[0]}/{total} shards, {tokens[0]:,} tokens, {rate:,.0f} tokens/s",
+                  file=sys.stderr, flush=True)
 
     return report
 
@@ -253,30 +268,31 @@ def read_manifest(folder: Path) -> dict[str, Any] | None:
 
 
 def build(folder: Path, plan: Plan, describe: dict[str, Any], *, workers: int | None = None,
-          progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+          progress: Progress | None = None, report: bool = False) -> dict[str, Any]:
     """Build the cache in `folder` unless complete; returns its manifest.
 
     One builder at a time per folder (a file lock; others wait and then find it complete).
     `describe` (corpus, tokenizer, ...) is written into the manifest. `workers`: processes,
-    default one per usable core.
+    default one per usable core. Progress lines (`_progress_printer`) for big corpora, or
+    always with `report`; `progress` replaces them.
     """
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "build.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         manifest = read_manifest(folder)
         if manifest is None:
-            manifest = _build_locked(folder, plan, describe, workers, progress)
+            manifest = _build_locked(folder, plan, describe, workers, progress, report)
     return manifest
 
 
 def _build_locked(folder: Path, plan: Plan, describe: dict[str, Any], workers: int | None,
-                  progress: Callable[[str], None] | None) -> dict[str, Any]:
+                  progress: Progress | None, report: bool) -> dict[str, Any]:
     shard_dir = folder / "shards"
     shard_dir.mkdir(exist_ok=True)
     jobs = plan.jobs()
     todo = [job for job in jobs if not (shard_dir / f"{job.stem}.json").exists()]
     _run_jobs(plan, todo, shard_dir, workers or len(os.sched_getaffinity(0)),
-              progress or _progress_printer(describe.get("corpus"), len(jobs), len(jobs) - len(todo)))
+              progress or _progress_printer(describe.get("corpus"), len(jobs), len(jobs) - len(todo), report))
     enc = get_encoding(plan.tokenizer)
     dtype = token_dtype(enc.n_vocab)
     splits = {split: _assemble(folder, shard_dir, jobs, split, dtype) for split in SPLITS}

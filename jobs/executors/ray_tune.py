@@ -26,6 +26,7 @@ srun starts one DeepSpeed rank per GPU).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -223,6 +224,8 @@ class RayExecutor:
     """Run study runs as a Ray Tune grid (see the module docstring)."""
 
     slots = None
+    cache_dir = ""  # the study's token cache (use_data): trials read it and never tokenise
+    prepare_job: Any = None  # a jobs.data.prepare.PrepareJob run as a CPU task before the trials
 
     def __init__(self, study_dir: str | Path, options: RayOptions, *, pipeline: str = PIPELINE) -> None:
         self.study_dir = Path(study_dir).resolve()
@@ -255,6 +258,15 @@ class RayExecutor:
 
     def _seal(self) -> None:
         self._pending = []
+
+    def use_data(self, cache_dir: str, prepare_job: Any = None) -> None:
+        """Trials read `cache_dir` with AOSCALE_REQUIRE_PREPARED=1; a `prepare_job` runs first, as a
+        Ray CPU task (once), before the first grid's trials start."""
+        self.cache_dir, self.prepare_job = cache_dir, prepare_job
+
+    def data_env(self) -> dict[str, str]:
+        """The environment variables every trial gets for the study's data."""
+        return {"AOSCALE_CACHE": self.cache_dir, "AOSCALE_REQUIRE_PREPARED": "1"} if self.cache_dir else {}
 
 
 class _Experiment:
@@ -294,18 +306,22 @@ class _Experiment:
     def _fit(self) -> None:
         try:
             self.errored = fit_grid(self.executor.study_dir, self.run_dirs, self.executor.options,
-                                    self.executor.pipeline, self)
+                                    self.executor.pipeline, self, data=self.executor)
         except BaseException as error:  # noqa: BLE001 - reported through every handle
             self.error = error
 
 
 def fit_grid(study_dir: Path, run_dirs: Sequence[Path], opts: RayOptions, pipeline: str,
-             experiment: _Experiment | None = None) -> dict[str, str]:
-    """Run (or restore) the grid and wait; returns {run_dir: reason} for trials that errored."""
+             experiment: _Experiment | None = None, data: RayExecutor | None = None) -> dict[str, str]:
+    """Run (or restore) the grid and wait; returns {run_dir: reason} for trials that errored.
+    With `data` (its `use_data`), its prepare job runs first and the trials get its data_env."""
     import ray  # noqa: PLC0415 - optional (the ray extra); seconds to import
 
-    started = _init_ray(opts)
+    started = _init_ray(opts, data.data_env() if data is not None else {})
     try:
+        if data is not None and data.prepare_job is not None:
+            run_prepare_task(data.prepare_job)
+            data.prepare_job = None
         tuner, name = _tuner(study_dir, run_dirs, opts, pipeline)
         if experiment is not None:
             experiment.name = name
@@ -322,17 +338,36 @@ def _one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
 
 
-def _init_ray(opts: RayOptions) -> bool:
-    """Join `opts.address` or start a local Ray; False when this process was already connected."""
+def _init_ray(opts: RayOptions, env_vars: dict[str, str] | None = None) -> bool:
+    """Join `opts.address` or start a local Ray, its workers given `env_vars` too; False when this
+    process was already connected."""
     import ray  # noqa: PLC0415 - optional (the ray extra); seconds to import
 
     if ray.is_initialized():
         return False
     if opts.address:
-        ray.init(address=opts.address, runtime_env=runtime_env(opts), log_to_driver=False)
+        env = runtime_env(opts)
+        env["env_vars"] = {**env["env_vars"], **(env_vars or {})}
+        ray.init(address=opts.address, runtime_env=env, log_to_driver=False)
     else:
-        ray.init(num_cpus=opts.num_cpus or None, include_dashboard=False, log_to_driver=False)
+        ray.init(num_cpus=opts.num_cpus or None, include_dashboard=False, log_to_driver=False,
+                 runtime_env={"env_vars": env_vars} if env_vars else None)
     return True
+
+
+def run_prepare_task(job: Any) -> None:
+    """The data-preparation job as one Ray task on the CPUs of the largest node (no GPU), waited
+    for before any trial; it raises what the task raised (the grid then does not start)."""
+    import ray  # noqa: PLC0415 - optional (the ray extra); seconds to import
+
+    cpus = max((node["Resources"].get("CPU", 0) for node in ray.nodes() if node.get("Alive")), default=1)
+    task = ray.remote(num_cpus=cpus, num_gpus=0, max_retries=0)(_prepare_in_task)
+    ray.get(task.remote(job, int(cpus)))
+
+
+def _prepare_in_task(job: Any, cpus: int) -> str:
+    """In the task: the job with one tokenising process per CPU the task holds (unless it names its own)."""
+    return dataclasses.replace(job, workers=job.workers or cpus)()
 
 
 def trial_dirname(trial: Any) -> str:

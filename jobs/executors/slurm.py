@@ -44,6 +44,10 @@ REPO = Path(__file__).resolve().parents[2]
 SIGNAL_DELAY_S = 90  # USR2 this long before the time limit (submitit's default), time to checkpoint
 SLURM_CMD_TIMEOUT_S = 20
 JOBS_FILE = "jobs.json"
+PREPARE_FILE = "prepare.json"  # the data-preparation job: its id, cache folder and corpora
+# Tokenising processes of the prepare job: OpenWebText (~38 GB of text) tokenises at ~1 MB/s per
+# core (bench/bench_data.py), so 16 cores take ~40 min; a node with fewer CPUs gets all of them.
+PREPARE_CPUS = 16
 MEM_PATTERN = re.compile(r"^[0-9]+[KMGT]?$")
 TIME_PATTERN = re.compile(r"^(?:(\d+)-)?(\d+):(\d{1,2})(?::(\d{1,2}))?$")
 # sbatch --mail-type values (sbatch(1)); several may be joined by commas
@@ -85,6 +89,8 @@ class SlurmOptions:
     mail_user: str = option("", "--slurm-mail-user", "sbatch --mail-user")
     additional: tuple[tuple[str, str], ...] = option((), "--slurm-additional", "extra sbatch option key=value "
                                                      "(repeatable)", repeat=True)
+    prepare_cpus: int = option(PREPARE_CPUS, "--slurm-prepare-cpus", "CPUs of the data-preparation job (tokenises "
+                               "the corpora before the runs, which wait for it; at most a node's CPUs)", type=int_arg)
 
     @property
     def tasks_per_node(self) -> int:
@@ -130,7 +136,7 @@ def validate_slurm_options(opts: SlurmOptions, check_partition: bool = True) -> 
     """Check every option (and, with `check_partition`, that the partition exists: this asks the
     controller) before anything is written or submitted."""
     positive = {"nodes": opts.nodes, "cpus_per_task": opts.cpus_per_task, "slurm_time": opts.time_min,
-                "slurm_array_parallelism": opts.array_parallelism}
+                "slurm_array_parallelism": opts.array_parallelism, "slurm_prepare_cpus": opts.prepare_cpus}
     for name, value in positive.items():
         rules.positive_int(name, value)
     rules.nonneg_int("gpus_per_node", opts.gpus_per_node)
@@ -280,6 +286,10 @@ class SlurmExecutor:
     the scheduler queues them."""
 
     slots = None
+    cache_dir = ""  # the study's token cache (use_data): its runs read it and never tokenise
+    prepare_job: Any = None  # a jobs.data.prepare.PrepareJob still to submit before the runs
+    prepare_job_id = ""  # the submitted one
+    _after = ""  # the prepare job the next run array depends on (afterok), once: later arrays are retries
 
     def __init__(self, study_dir: str | Path, options: SlurmOptions, *, pipeline: str = PIPELINE,
                  stop_hook: str = STOP_HOOK) -> None:
@@ -299,6 +309,7 @@ class SlurmExecutor:
         """Submit the runs as one job array and return at once; job ids go to logs/slurm/jobs.json."""
         if not run_dirs:
             return []
+        self._submit_prepare()
         executor = self._executor()
         before = [failure_count(d) for d in run_dirs]
         with executor.batch():
@@ -332,7 +343,42 @@ class SlurmExecutor:
         stamp = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
         executor = submitit.SlurmExecutor(folder=self.log_root / stamp / "%j")
         executor.update_parameters(**submitit_parameters(self.options, self.study_dir.name))
+        executor.update_parameters(**self._data_parameters())
         return executor
+
+    # -- the data-preparation job (jobs.data.prepare): a CPU job of its own the run arrays wait for
+
+    def use_data(self, cache_dir: str, prepare_job: Any = None) -> None:
+        """The runs read `cache_dir` and never tokenise (AOSCALE_REQUIRE_PREPARED=1); with a
+        `prepare_job`, it is submitted (once, no GPU) before the first run array, which depends on it."""
+        self.cache_dir, self.prepare_job, self.prepare_job_id, self._after = cache_dir, prepare_job, "", ""
+
+    def _data_parameters(self) -> dict[str, Any]:
+        """The run array's exports of the cache folder and, while a prepare job is pending, its dependency."""
+        if not self.cache_dir:
+            return {}
+        params: dict[str, Any] = {"setup": [*submitit_parameters(self.options, self.study_dir.name)["setup"],
+                                            f"export AOSCALE_CACHE={shlex.quote(self.cache_dir)}",
+                                            "export AOSCALE_REQUIRE_PREPARED=1"]}
+        if self._after:  # a failed prepare job cancels the runs rather than leave them pending forever
+            params["dependency"] = f"afterok:{self._after}"
+            params["additional_parameters"] = {**dict(self.options.additional), "kill_on_invalid_dep": "yes"}
+            self._after = ""
+        return params
+
+    def _submit_prepare(self) -> None:
+        """Submit the pending prepare job (a CPU job: no GPU, `prepare_cpus` CPUs at most a node's)."""
+        if self.prepare_job is None or self.prepare_job_id:
+            return
+        import submitit  # noqa: PLC0415 - optional (the slurm extra)
+
+        stamp = time.strftime("%Y%m%d-%H%M%S") + "-prepare-" + uuid.uuid4().hex[:6]
+        executor = submitit.SlurmExecutor(folder=self.log_root / stamp / "%j")
+        executor.update_parameters(**prepare_parameters(self.options, self.study_dir.name))
+        job = executor.submit(self.prepare_job)
+        self.prepare_job_id = self._after = str(job.job_id)
+        runfiles.atomic_write_json(self.log_root / PREPARE_FILE, {
+            "job_id": self.prepare_job_id, "cache_dir": self.cache_dir, "what": self.prepare_job.describe()})
 
 
 def submitit_parameters(opts: SlurmOptions, job_name: str) -> dict[str, Any]:
@@ -353,6 +399,25 @@ def submitit_parameters(opts: SlurmOptions, job_name: str) -> dict[str, Any]:
     if opts.additional:
         params["additional_parameters"] = dict(opts.additional)
     return params
+
+
+def prepare_parameters(opts: SlurmOptions, job_name: str) -> dict[str, Any]:
+    """The prepare job's submitit parameters: one task on one node, `prepare_cpus` CPUs (at most
+    the partition's largest node's), no GPU, the runs' partition, account, time and setup."""
+    params = submitit_parameters(opts, job_name)
+    for key in ("gpus_per_node", "exclusive", "array_parallelism"):
+        params.pop(key, None)
+    params.update(job_name=f"aoscale-prepare-{job_name}"[:60], nodes=1, ntasks_per_node=1,
+                  cpus_per_task=min(opts.prepare_cpus, node_cpus(opts.partition) or opts.prepare_cpus))
+    return params
+
+
+def node_cpus(partition: str = "") -> int:
+    """The most CPUs of one node of the partition (sinfo), 0 when sinfo does not answer."""
+    cmd = ["sinfo", "-h", "-o", "%c", *(["-p", partition] if partition else [])]
+    lines = _run_lines(cmd) if shutil.which("sinfo") else None
+    counts = [int(word.rstrip("+")) for line in lines or () for word in line.split() if word.rstrip("+").isdigit()]
+    return max(counts, default=0)
 
 
 def render_submission(opts: SlurmOptions, study_dir: Path, n_runs: int) -> str:

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from cli import InputError
-from cli.environment import hf_offline, world_size
+from cli.environment import hf_offline, require_prepared, world_size
 from jobs.data import corpus as data
 from jobs.train.spec_rules import check_run_dir, validate
 from jobs.run.files import SPEC_FILE, checkpoint_steps
@@ -306,18 +306,34 @@ def split_tokens(corpus: str, tokenizer: str, split: str, text_field: str = data
 
 
 def check_data(corpus: str, tokenizer: str, seq_len: int, text_field: str = data.DEFAULT_TEXT_FIELD) -> None:
-    """The corpus loads and each split holds at least one window of `seq_len + 1` tokens."""
+    """The corpus loads and each split holds at least one window of `seq_len + 1` tokens.
+
+    A prepared corpus (its token cache complete: `aoscale prepare`) is checked from the cache's
+    manifest alone, without reading the corpus or asking the Hub. Under AOSCALE_REQUIRE_PREPARED=1
+    (Slurm and Ray jobs) an unprepared corpus is refused here, before anything is written."""
     if not isinstance(corpus, str) or not corpus.strip():
         raise InputError("corpus: empty; give shakespeare, a local .txt/.jsonl path or a Hugging Face dataset name")
+    try:
+        manifest = data.prepared_manifest(corpus, tokenizer, text_field)
+    except ValueError as error:  # the tokenizer's own rule (named in its message)
+        raise InputError(str(error).splitlines()[0]) from None
+    if manifest is None and require_prepared():
+        raise data.not_prepared(corpus, tokenizer, text_field)
+    if manifest is None:
+        _check_source(corpus, tokenizer, text_field)
+    for split in data.SPLITS:
+        n_tokens = manifest["splits"][split]["tokens"] if manifest else split_tokens(corpus, tokenizer, split, text_field)
+        if n_tokens is not None and n_tokens < seq_len + 1:
+            raise InputError(f"corpus: the {split} split of {corpus} holds {n_tokens} tokens, fewer than one window "
+                             f"of seq_len + 1 = {seq_len + 1}; use a larger corpus or a shorter --seq-len")
+
+
+def _check_source(corpus: str, tokenizer: str, text_field: str) -> None:
+    """An unprepared corpus: a Hub name resolves, a local corpus's every row holds its text."""
     if (corpus != "shakespeare" and not data._is_local(corpus)
             and not data.token_path(corpus, tokenizer, "train", text_field).exists()):
         _resolve_hub(corpus)
     data.check_local_rows(corpus, text_field)  # every row, before any run directory exists
-    for split in data.SPLITS:
-        n_tokens = split_tokens(corpus, tokenizer, split, text_field)
-        if n_tokens is not None and n_tokens < seq_len + 1:
-            raise InputError(f"corpus: the {split} split of {corpus} holds {n_tokens} tokens, fewer than one window "
-                             f"of seq_len + 1 = {seq_len + 1}; use a larger corpus or a shorter --seq-len")
 
 
 def check_writable(path: Path, field: str) -> None:

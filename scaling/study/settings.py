@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from pathlib import Path
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -147,6 +148,15 @@ def _sweep(field: str, value: Any) -> Any:
     return value
 
 
+def _cache_dir(field: str, value: Any) -> str:
+    """A folder for the token cache (made when missing), not a file; kept as given, `~` expanded."""
+    text = rules.text(field, value)
+    path = Path(text).expanduser()
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{field}: {text} is a file; pass a folder for the token cache")
+    return str(path)
+
+
 def numbers_arg(text: str) -> list[float]:
     """argparse type: a comma-separated list of finite numbers (`float_arg` for each)."""
     items = [v for v in text.split(",") if v.strip()]
@@ -196,6 +206,9 @@ SETTINGS: tuple[Setting, ...] = (
             "dedicated judge run when the suite generates)", flag="--judge-run"),
     run_field("tokenizer", "data"), run_field("corpus", "data"), run_field("text_field", "data"),
     run_field("eval_suite", "data"),
+    Setting("cache_dir", "data", _cache_dir, "token cache folder: `aoscale prepare` tokenises the corpora into it "
+            "and the runs read it (default: the folder the study recorded, else $AOSCALE_CACHE, else ~/.cache/aoscale "
+            "with --backend local and aoscale-cache beside the study dir with slurm or ray); never in a run id"),
     run_field("seq_len", "budget"),
     Setting("tokens", "budget", rules.positive_int, "training tokens per run (default tokens-per-param x params)",
             type=int_arg),
@@ -270,7 +283,7 @@ SETTING_KEYS = tuple(BY_KEY)
 BUDGET_KEYS = tuple(f.name for f in fields(Budget))
 assert set(BUDGET_KEYS) == {s.key for s in SETTINGS if s.section == "budget"}, "Budget and SETTINGS disagree"
 # Settings that change results: giving one renames a preset's study `<preset>-<hash>`.
-RESULT_KEYS = tuple(s.key for s in SETTINGS if s.key not in ("name", "resources", "tracking", "judge"))
+RESULT_KEYS = tuple(s.key for s in SETTINGS if s.key not in ("name", "resources", "tracking", "judge", "cache_dir"))
 
 
 @dataclass(frozen=True)
