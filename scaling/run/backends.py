@@ -52,8 +52,11 @@ class Backend:
 
 
 def _local(args: argparse.Namespace, given: dict[str, Any]) -> dict[str, Any]:
+    from jobs.executors.local import check_max_parallel, visible_gpus  # noqa: PLC0415 - local backend only
+
     if args.max_parallel is not None:
         rules.positive_int("max-parallel", args.max_parallel)
+    check_max_parallel(args.max_parallel, visible_gpus())
     return {"max_parallel": args.max_parallel}
 
 
