@@ -25,7 +25,7 @@ from analysis.fit.background import workers_from_env
 from analysis.records.carry import carried_lr
 from cli import rules
 from cli.environment import ALLOW_NUMERICS_CHANGE
-from jobs.executors import EXECUTORS, Executor, one_line
+from jobs.executors import Executor, one_line
 from jobs.executors.local import visible_gpus
 from jobs.run.lock import exclusive
 
@@ -33,7 +33,7 @@ from . import prepare as prepare_stage
 from .plan import launch_checks
 from .plan.dry_run import format_plan, plan_rows, refusal, usable_cores
 from .run import study_ledger
-from .run.backends import BACKENDS, add_flags, check_foreign_flags
+from .run.backends import BACKENDS, add_flags, check_backend
 from .run.scheduler import Scheduler, retry_allowance, submit_runs, to_submit
 from .study.presets import PRESETS
 from .study import settings
@@ -68,11 +68,6 @@ def parser() -> argparse.ArgumentParser:
         "communication, profiling; implies --engine deepspeed; run ids unchanged")
     add("--wandb", nargs="?", const=True, metavar="PROJECT", help="log every run to wandb (project: the "
         "study's unless given); online when logged in; a study file's [tracking] table sets more")
-    add("--backend", default="local", help=f"executor: {', '.join(EXECUTORS)}")
-    add("--max-parallel", type=int_arg, help="runs at once (local: default one per GPU, else one per core)")
-    add("--max-retries", type=int_arg, default=1, help="retries of a failed run (default 1; ray: per trial too)")
-    add("--retry-failed", action="store_true", help="give runs that used up their retries --max-retries more "
-                                                    "(e.g. after freeing a full disk)")
     add("--allow-numerics-change", action="store_true",
         help=f"resume runs trained on another numerics path (sets {ALLOW_NUMERICS_CHANGE.name}=1 for the "
              "workers; ray: pass it in --ray-env): their records name both paths")
@@ -127,13 +122,9 @@ def _check(args: argparse.Namespace) -> tuple[StudySpec, Path, Any]:
     check_analysis_env()  # the report's worker count, refused before training rather than after it
     rules.positive_int("--max-runs", args.max_runs)
     check_plan_size(args)
-    if args.backend not in EXECUTORS or args.backend not in BACKENDS:
-        raise StudyError(f"backend: unknown backend {args.backend!r}; valid: {', '.join(BACKENDS)}")
-    rules.nonneg_int("max-retries", args.max_retries)
-    if args.wait and not BACKENDS[args.backend].detached:
+    backend = check_backend(args)
+    if args.wait and not backend.detached:
         raise StudyError(f"wait: --backend {args.backend} always waits; fix: drop --wait")
-    check_foreign_flags(args)
-    backend = BACKENDS[args.backend]
     study = study_from_args(args)  # study errors first: they need no cluster
     options = backend.options(args)
     world_size = backend.world_size(options)

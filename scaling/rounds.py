@@ -1,5 +1,5 @@
-"""`python -m scaling.rounds STUDY [--dry-run] [--max-rounds N] [--max-parallel N]`: a frontier study
-in rounds (issue 35). After a study is launched (`scaling.launch --preset frontier`, round 0), each
+"""`python -m scaling.rounds STUDY [--dry-run] [--max-rounds N] [--backend local|slurm|ray ...]`: a frontier
+study in rounds (issue 35). After a study is launched (`scaling.launch --preset frontier`, round 0), each
 round asks `analysis.compare.frontier_plan` what the study still lacks (bracketed minima, overlapping
 frontiers, lr tuned near each minimum, seeds, budgets), trains it, and asks again, until every
 criterion holds or `--max-rounds` rounds are recorded.
@@ -14,6 +14,13 @@ round is recorded the study is no longer the preset's plan: resume it with this 
 refuses it as another study); scaling.status and analysis.fit_curves read it as any study.
 `--dry-run` prints the next round (the unfinished one, or the one the planner would add) with its
 cost and writes nothing.
+
+Each round trains on the launcher's backends with the launcher's backend flags (`--backend`,
+`--max-parallel`, `--max-retries`, `--retry-failed`, the `--slurm-*`/`--nodes`/`--gpus-per-node` and
+`--ray-*` groups: scaling.run.backends declares them once for both). This process only plans and
+waits: on a login node, `--backend slurm` submits each round's runs as one job array and waits for
+it (the next round needs its results), `--backend ray` runs them as a Tune grid on the cluster. Runs
+spread over more than one GPU train with DeepSpeed, as scaling.launch makes them (run ids unchanged).
 """
 from __future__ import annotations
 
@@ -33,6 +40,7 @@ from analysis.compare import frontier_plan
 
 from .plan.dry_run import RUN_OVERHEAD_S, S_PER_HOUR, cpu_hours, usable_cores
 from .run import study_ledger
+from .run.backends import Backend, add_flags, check_backend
 from jobs.run.recipes import GPT3_WARMUP_TOKENS, Budget, schedule
 from .study.study_spec import Cell, StudySpec
 from .study.sweep import SWEEP_PREFIX, family_fpt
@@ -242,22 +250,38 @@ def parser() -> Parser:
     p.add_argument("--dry-run", action="store_true", help="print the next round and its cost; write nothing")
     p.add_argument("--max-rounds", type=int_arg, default=DEFAULT_MAX_ROUNDS,
                    help=f"rounds a study may record (default {DEFAULT_MAX_ROUNDS})")
-    p.add_argument("--max-parallel", type=int_arg, help="runs at once (default one per core)")
     p.add_argument("--max-round-flops", type=float_arg, help="an upward budget is affordable within this "
                    "(default: the study's training FLOPs so far)")
     p.add_argument("--bootstrap", type=int_arg, default=DEFAULT_BOOTSTRAP, help="resamples of the final report")
     p.add_argument("--no-report", action="store_true", help="train only; skip the final report")
+    add_flags(p)  # the launcher's backend flags (scaling.run.backends)
+    p.set_defaults(engine=None)  # the runs keep their engine; more than one GPU per run means DeepSpeed
     return p
 
 
-def _train(study_dir: Path, study: StudySpec, args: Any) -> int:
-    """Extend the ledger by the round and train what is not done (scaling.launch's scheduler)."""
+def on_ranks(study: StudySpec, world_size: int) -> StudySpec:
+    """The study as it trains on `world_size` processes per run: DeepSpeed beyond one (a resource,
+    so run ids are unchanged), as scaling.launch.study_from_args makes it."""
+    if world_size <= 1:
+        return study
+    settings = dict(study.settings)
+    settings["resources"] = {**(settings.get("resources") or {}), "engine": "deepspeed"}
+    cells = tuple(replace(c, spec=c.spec.replace(engine="deepspeed")) for c in study.cells)
+    return replace(study, settings=tuple(sorted(settings.items())), cells=cells)
+
+
+def _train(study_dir: Path, study: StudySpec, args: Any, backend: Backend, options: Any) -> int:
+    """Extend the ledger by the round and train what is not done on the backend (scaling.launch's
+    scheduler; a detached backend is waited on: the next round needs this one's results)."""
     from . import launch  # noqa: PLC0415 - the launcher's training path, only when training
 
+    study = on_ranks(study, backend.world_size(options))
     study_ledger.prepare(study_dir, study, extending=True)
-    flags = ["--study-dir", str(study_dir), "--no-report", "--no-progress"]
-    flags += ["--max-parallel", str(args.max_parallel)] if args.max_parallel else []
-    return launch.launch(launch.parser().parse_args(flags), study, study_dir)
+    flags = ["--study-dir", str(study_dir), "--no-report", "--no-progress", "--backend", args.backend,
+             "--max-retries", str(args.max_retries)]
+    flags += ["--retry-failed"] if args.retry_failed else []
+    flags += ["--wait"] if backend.detached else []
+    return launch.launch(launch.parser().parse_args(flags), study, study_dir, options)
 
 
 def rounds(args: Any) -> int:
@@ -265,6 +289,8 @@ def rounds(args: Any) -> int:
     study_dir = Path(args.study)
     if not (study_dir / study_ledger.STUDY_FILE).is_file():
         raise InputError(f"study: {study_dir} holds no {study_ledger.STUDY_FILE}; launch the study first")
+    backend = check_backend(args)
+    options = backend.options(args)  # refused (one line, exit 2) before any round is written
     config = frontier_plan.PlanConfig(max_round_flops=args.max_round_flops)
     status = 0
     while True:
@@ -274,12 +300,15 @@ def rounds(args: Any) -> int:
             break
         print(describe(doc, args.max_parallel or usable_cores()), flush=True)
         if args.dry_run:
+            if backend.describe is not None:
+                todo = [r for r in doc["runs"] if study_ledger.view(study_dir, r["run_id"]).state != DONE]
+                print(backend.describe(options, study_dir, len(todo)))
             return 0
         if "_plan" in doc and len(round_files(study_dir)) >= args.max_rounds:
             print(f"study {study.name}: {args.max_rounds} rounds recorded (--max-rounds); not starting another")
             break
         commit_round(study_dir, doc)
-        status = _train(study_dir, study, args)
+        status = _train(study_dir, study, args, backend, options)
         if status:
             return status
     if not args.no_report and not args.dry_run:

@@ -47,6 +47,15 @@ def visible_gpus() -> list[str]:
     return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
 
 
+def check_max_parallel(max_parallel: int | None, gpus: list[str]) -> None:
+    """Where GPUs are visible each run trains on one of its own, so at most one run per GPU
+    (`max_parallel <= len(gpus)`); ValueError naming the flag and the fix."""
+    if gpus and max_parallel is not None and max_parallel > len(gpus):
+        raise ValueError(f"max-parallel: {max_parallel} runs at once but {len(gpus)} GPU(s) visible, and each run "
+                         f"trains on a GPU of its own; fix: --max-parallel {len(gpus)} or less (or make more GPUs "
+                         "visible in CUDA_VISIBLE_DEVICES)")
+
+
 def die_with_parent(parent_pid: int) -> None:
     """Ask the kernel to send this process SIGTERM when its parent (thread) dies (Linux
     `prctl(PR_SET_PDEATHSIG)`; elsewhere nothing), and exit now if the parent `parent_pid` died
@@ -97,6 +106,7 @@ class LocalExecutor:
     def __init__(self, max_parallel: int | None = None, threads_per_run: int | None = None,
                  gpus: list[str] | None = None, python: str = sys.executable) -> None:
         self.gpus = visible_gpus() if gpus is None else list(gpus)
+        check_max_parallel(max_parallel, self.gpus)
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         self.slots = max(1, max_parallel or len(self.gpus) or cores)
         self.threads_per_run = threads_per_run or max(1, cores // self.slots)

@@ -70,8 +70,9 @@ class RayOptions:
                                               "(repeatable; AOSCALE_*, WANDB_*, HF_* and OMP_NUM_THREADS are "
                                               "passed on anyway)", repeat=True)
     cpus_per_trial: float = option(1.0, "--cpus-per-trial", "CPUs per run", type=float_arg)
-    gpus_per_trial: float = option(0.0, "--gpus-per-trial", "GPUs per run, 0 to 1; a run spanning GPUs needs "
-                                   "--backend slurm", type=float_arg)
+    gpus_per_trial: float | None = option(None, "--gpus-per-trial", "GPUs per run, 0 to 1 (default: 1 when the Ray "
+                                          "cluster has GPUs, else 0); a run spanning GPUs needs --backend slurm",
+                                          type=float_arg)
     num_cpus: int = option(0, "--ray-num-cpus", "CPUs of a locally started Ray (0 = all)", type=int_arg)
     max_concurrent: int = option(0, "--max-concurrent-trials", "runs at once (0 = as resources allow)",
                                  type=int_arg)
@@ -87,9 +88,9 @@ def validate_ray_options(opts: RayOptions) -> None:
     checks = {"gpus_per_trial": opts.gpus_per_trial, "max_retries": opts.max_retries,
               "ray_num_cpus": opts.num_cpus, "max_concurrent_trials": opts.max_concurrent}
     for name, value in checks.items():
-        if value < 0:
+        if value is not None and value < 0:
             raise ValueError(f"{name}: {value} must be >= 0; fix: pass a non-negative number")
-    if opts.gpus_per_trial > 1:
+    if (opts.gpus_per_trial or 0) > 1:
         raise ValueError(f"gpus_per_trial: {opts.gpus_per_trial:g} GPUs for a trial that trains in one process "
                          "would leave all but one idle; fix: --gpus-per-trial 1 (or less), or run multi-GPU "
                          "runs with --backend slurm --gpus-per-node N")
@@ -97,6 +98,15 @@ def validate_ray_options(opts: RayOptions) -> None:
         raise ValueError(f"ray_working_dir: {opts.working_dir} is not a directory; fix: pass the code folder")
     if opts.address:
         check_reachable(resolve_address(opts.address))
+
+
+def trial_gpus(gpus_per_trial: float | None, cluster_resources: dict[str, float]) -> float:
+    """GPUs each trial reserves: the `--gpus-per-trial` given, else 1 when the cluster has a GPU
+    (`ray.cluster_resources()["GPU"]`; a trial with none would train on CPU beside idle GPUs) and 0
+    on a CPU cluster."""
+    if gpus_per_trial is not None:
+        return float(gpus_per_trial)
+    return 1.0 if float(cluster_resources.get("GPU", 0)) >= 1 else 0.0
 
 
 def resolve_address(address: str) -> str:
@@ -377,17 +387,19 @@ def trial_dirname(trial: Any) -> str:
 
 def _tuner(study_dir: Path, run_dirs: Sequence[Path], opts: RayOptions, pipeline: str) -> tuple[Any, str]:
     """`Tuner.restore` of the stored experiment when it covers `run_dirs`, else a new grid."""
-    from ray import tune  # noqa: PLC0415 - optional (the ray extra); seconds to import
+    import ray  # noqa: PLC0415 - optional (the ray extra); seconds to import
+    from ray import tune  # noqa: PLC0415
 
     storage = study_dir / "ray"
-    trainable = tune.with_resources(run_trial, {"cpu": opts.cpus_per_trial, "gpu": opts.gpus_per_trial})
+    gpus = trial_gpus(opts.gpus_per_trial, ray.cluster_resources())
+    trainable = tune.with_resources(run_trial, {"cpu": opts.cpus_per_trial, "gpu": gpus})
     wanted = sorted(str(Path(d).resolve()) for d in run_dirs)
     stored = runfiles.read_json(storage / EXPERIMENT_FILE, default={})
     path = storage / stored.get("name", "-")
     if stored and set(wanted) <= set(stored.get("runs", [])) and tune.Tuner.can_restore(str(path)):
         return tune.Tuner.restore(str(path), trainable, resume_unfinished=True, restart_errored=True), path.name
     name = "grid-" + hashlib.sha256("\n".join(wanted).encode()).hexdigest()[:8] + time.strftime("-%Y%m%d-%H%M%S")
-    runfiles.atomic_write_json(storage / EXPERIMENT_FILE, {"name": name, "runs": wanted})
+    runfiles.atomic_write_json(storage / EXPERIMENT_FILE, {"name": name, "runs": wanted, "gpus_per_trial": gpus})
     space = {"run_dir": tune.grid_search(wanted), "pipeline": pipeline,
              "threads": max(1, int(opts.cpus_per_trial))}
     tune_config = tune.TuneConfig(max_concurrent_trials=opts.max_concurrent or None,

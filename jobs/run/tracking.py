@@ -7,6 +7,12 @@ asks for offline, and keeps its files in `run_dir/wandb`. The project defaults t
 group to the study, the run name is `{family}-{variant}-{size}-s{seed}` and wandb's run id is the
 run id. A run resumed from a checkpoint behind wandb's last logged step rewinds wandb's history
 to that checkpoint (`resume_from`), so the redone steps replace the old ones.
+
+wandb never fails a run. Before starting online it checks that its server answers (a TCP connection
+to wandb's `base_url` within WANDB_REACH_TIMEOUT_S) and gives `wandb.init` WANDB_INIT_TIMEOUT_S; a
+server that does not answer (a compute node without internet), or an init that fails, makes the run
+log offline into `run_dir/wandb` (`wandb sync` uploads it later), and if even that fails the run goes
+on with its local files alone. Either way the run's status.json says so (`tracking`).
 """
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ import json
 import netrc
 import os
 import platform
+import socket
 import subprocess
 import sys
 import time
@@ -25,7 +32,7 @@ from urllib.parse import urlparse
 
 import torch
 
-from jobs.run.files import MANIFEST_FILE, append_metrics, atomic_write_json
+from jobs.run.files import MANIFEST_FILE, append_metrics, atomic_write_json, read_status, write_status
 from jobs.run.spec import RunSpec
 from cli import environment, rules
 
@@ -35,6 +42,8 @@ WANDB_KEYS = ("wandb", "project", "entity", "group", "tags", "mode")  # a study'
 WANDB_MODES = ("online", "offline", "disabled")
 WANDB_STATE = "wandb/aoscale.json"  # the last step this run logged to wandb (for rewinds)
 DEFAULT_HOST = "https://api.wandb.ai"
+WANDB_REACH_TIMEOUT_S = 3.0  # a TCP connection to wandb's server; a reachable one answers in well under 1 s
+WANDB_INIT_TIMEOUT_S = 30.0  # wandb.init online (wandb's own default is 90 s), after the server answered
 
 
 def check_tracking(table: dict[str, Any], where: str = "tracking") -> dict[str, Any]:
@@ -111,6 +120,23 @@ def _last_logged_step(run_dir: Path) -> int | None:
         return None
 
 
+def unreachable(base_url: str, timeout_s: float = WANDB_REACH_TIMEOUT_S) -> str | None:
+    """Why wandb's server at `base_url` cannot be reached (no name lookup, no TCP connection within
+    `timeout_s`), or None when it answers."""
+    url = urlparse(base_url)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname or "", port), timeout=timeout_s):
+            return None
+    except OSError as error:
+        return f"{url.hostname}:{port} unreachable ({error.strerror or type(error).__name__})"
+
+
+def _one_line(error: BaseException) -> str:
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"[:200]
+
+
 class Tracker:
     """Writes metric rows to `metrics.ndjson` (rank 0 only) and mirrors them to wandb.
 
@@ -122,11 +148,37 @@ class Tracker:
         self.wandb: Any = None
 
     def start_wandb(self, from_step: int) -> None:
-        """Start (or resume, rewinding past `from_step` when needed) this run's wandb run."""
+        """Start (or resume, rewinding past `from_step` when needed) this run's wandb run; offline
+        when its server does not answer or init fails, and off when even that fails (module doc)."""
         import wandb  # noqa: PLC0415 - optional (the wandb extra) and slow to import
 
         (self.run_dir / "wandb").mkdir(parents=True, exist_ok=True)
-        self.wandb = wandb.init(**wandb_settings(self.spec, self.run_dir, from_step))
+        settings = wandb_settings(self.spec, self.run_dir, from_step)
+        why = unreachable(wandb.Settings().base_url) if settings["mode"] == "online" else None
+        if why is None:
+            try:
+                self.wandb = wandb.init(**settings, settings=wandb.Settings(init_timeout=WANDB_INIT_TIMEOUT_S))
+                self._record_tracking(f"wandb {settings['mode']}", quiet=True)
+                return
+            except Exception as error:  # noqa: BLE001 - wandb's errors vary; none may fail the run
+                why = _one_line(error)
+        if settings["mode"] != "offline":
+            try:
+                self.wandb = wandb.init(**{**settings, "mode": "offline"})
+                self._record_tracking(f"wandb offline: {why}; upload later with wandb sync "
+                                      f"{self.run_dir / 'wandb'}/offline-run-*")
+                return
+            except Exception as error:  # noqa: BLE001
+                why = f"{why}; offline too: {_one_line(error)}"
+        self.use_wandb = False
+        self._record_tracking(f"wandb off: {why}; metrics in metrics.ndjson only")
+
+    def _record_tracking(self, line: str, quiet: bool = False) -> None:
+        """Say in status.json (and on stderr unless `quiet`) where this run's metrics went."""
+        if not quiet:
+            print(f"[{self.spec.run_id}] {line}", file=sys.stderr, flush=True)
+        status = read_status(self.run_dir)
+        write_status(self.run_dir, status.get("state", "running"), tracking=line)
 
     def log(self, row: dict[str, Any]) -> None:
         """Append one row (must carry `kind`); train/val rows also go to wandb at their step."""

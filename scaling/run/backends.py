@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cli import options, rules
+from cli import int_arg, options, rules
 from cli.options import Flag
-from jobs.executors import Executor, Handle, get_executor
+from jobs.executors import EXECUTORS, Executor, Handle, get_executor
 from jobs.executors.ray_tune import RayOptions
 from jobs.executors.slurm import SlurmOptions
 
@@ -52,8 +52,11 @@ class Backend:
 
 
 def _local(args: argparse.Namespace, given: dict[str, Any]) -> dict[str, Any]:
+    from jobs.executors.local import check_max_parallel, visible_gpus  # noqa: PLC0415 - local backend only
+
     if args.max_parallel is not None:
         rules.positive_int("max-parallel", args.max_parallel)
+    check_max_parallel(args.max_parallel, visible_gpus())
     return {"max_parallel": args.max_parallel}
 
 
@@ -108,10 +111,28 @@ BACKENDS: dict[str, Backend] = {
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
-    """Every backend's flags, in one argument group per backend; unset flags stay None."""
+    """`--backend`, the flags every backend reads (`--max-parallel`, `--max-retries`, `--retry-failed`)
+    and every backend's own flags, in one argument group per backend; unset flags stay None. Declared
+    once here for each command that trains a study (scaling.launch, scaling.rounds)."""
+    add = parser.add_argument
+    add("--backend", default="local", help=f"executor: {', '.join(EXECUTORS)}")
+    add("--max-parallel", type=int_arg, help="runs at once (local: default one per GPU, at most one per GPU; "
+        "else one per core)")
+    add("--max-retries", type=int_arg, default=1, help="retries of a failed run (default 1; ray: per trial too)")
+    add("--retry-failed", action="store_true", help="give runs that used up their retries --max-retries more "
+                                                    "(e.g. after freeing a full disk)")
     for name, backend in BACKENDS.items():
         if backend.flags:
             options.add_flags(parser.add_argument_group(f"--backend {name}"), backend.flags)
+
+
+def check_backend(args: argparse.Namespace) -> Backend:
+    """The backend `--backend` names, its foreign flags and `--max-retries` checked (StudyError)."""
+    if args.backend not in EXECUTORS or args.backend not in BACKENDS:
+        raise StudyError(f"backend: unknown backend {args.backend!r}; valid: {', '.join(BACKENDS)}")
+    rules.nonneg_int("max-retries", args.max_retries)
+    check_foreign_flags(args)
+    return BACKENDS[args.backend]
 
 
 def check_foreign_flags(args: argparse.Namespace) -> None:

@@ -21,7 +21,10 @@ from scaling import rounds
 from scaling.run import study_ledger
 from scaling.study.study_spec import build_study
 from tests.analysis import frontier_synth as fs
+from tests.jobs.executors.test_slurm import PROBLEM as SLURM_PROBLEM
 from tests.test_bad_inputs import snapshot
+
+slurm_cluster = pytest.mark.skipif(bool(SLURM_PROBLEM), reason=SLURM_PROBLEM or "cluster up")
 
 
 class Killed(Exception):
@@ -47,29 +50,31 @@ def study(tmp_path, monkeypatch):
             runfiles.write_status(study_ledger.run_dir(study_dir, run_id), "done", step=1, steps=1)
             state["trained"].append(run_id)
 
-    def fake_train(directory, study_spec, args):
+    def fake_train(directory, study_spec, args, *backend):
         study_ledger.prepare(directory, study_spec, extending=True)
         train(study_spec.run_ids)
         return 0
 
-    def points(directory, resamples=200, seed=0):
-        rows = []
-        for run_id in study_ledger.study_run_ids(directory):
-            if study_ledger.view(directory, run_id).state != "done":
-                continue
-            s = study_ledger.load_spec(directory, run_id)
-            n, c = core_params(get_shape(s.size)), float(dict(s.tracking)["budget_flops"])
-            value = fs.loss(n, s.tokens) + fs.LR_PENALTY * math.log10(s.lr / fs.BEST_LR) ** 2
-            rows.append({"family": s.family, "variant": s.variant, "budget_flops": c, "n_params": float(n),
-                         "seed": s.seed, "lr": s.lr, "value": value})
-        return pl.DataFrame(rows), frontier.Frontier((), ())
-
     monkeypatch.setattr(study_ledger, "_records_gap", lambda directory, steps: None)
     monkeypatch.setattr(rounds, "_train", fake_train)
-    monkeypatch.setattr(frontier_plan, "read_study", points)
+    monkeypatch.setattr(frontier_plan, "read_study", planted_points)
     train(spec.run_ids)
     state["trained"].clear()
     return study_dir, state
+
+
+def planted_points(directory, resamples=200, seed=0):
+    """The planner's view of the study: each done run's value on the planted law (not its records)."""
+    rows = []
+    for run_id in study_ledger.study_run_ids(directory):
+        if study_ledger.view(directory, run_id).state != "done":
+            continue
+        s = study_ledger.load_spec(directory, run_id)
+        n, c = core_params(get_shape(s.size)), float(dict(s.tracking)["budget_flops"])
+        value = fs.loss(n, s.tokens) + fs.LR_PENALTY * math.log10(s.lr / fs.BEST_LR) ** 2
+        rows.append({"family": s.family, "variant": s.variant, "budget_flops": c, "n_params": float(n),
+                     "seed": s.seed, "lr": s.lr, "value": value})
+    return pl.DataFrame(rows), frontier.Frontier((), ())
 
 
 def _args(study_dir, **changes):
@@ -168,3 +173,95 @@ def test_a_damaged_round_file_is_one_line_naming_the_key_in_a_real_process_and_n
         assert proc.returncode == 2 and "Traceback" not in err, (name, err[-2000:])
         assert len(err.strip().splitlines()) == 1 and named in err and "move it away and relaunch" in err, err
     assert snapshot(tmp_path) == before
+
+
+# ---- the backends: a round trains where the launcher trains ----------------------------------------------
+ROUND_RUNS = 2  # the real planner's round, cut to its first runs so the round trains in seconds
+
+
+@pytest.fixture
+def small_round(tmp_path, monkeypatch, cache_dir):
+    """AR's frontier preset at one budget capped at 2 steps a run; round 0 marked done on the planted
+    law (a stand-in), the real planner's round 1 cut to ROUND_RUNS runs, which train for real."""
+    spec = build_study({"preset": "frontier", "families": "ar", "budgets": [1e12], "name": "rounds-backend",
+                        "max_steps": 2, "eval_suite": "quick"})
+    study_dir = tmp_path / "study"
+    study_ledger.prepare(study_dir, spec)
+    for run_id in spec.run_ids:
+        runfiles.write_status(study_ledger.run_dir(study_dir, run_id), "done", step=2, steps=2)
+    planned = frontier_plan.plan_round
+
+    def cut(points, config, shape_n):
+        plan = planned(points, config, shape_n)
+        return frontier_plan.RoundPlan(plan.runs[:ROUND_RUNS], plan.checks, plan.new_budgets)
+
+    round0 = set(spec.run_ids)
+    monkeypatch.setattr(study_ledger, "_records_gap", lambda directory, steps: None if directory.name in round0
+                        else _real_gap(directory, steps))
+    monkeypatch.setattr(frontier_plan, "read_study", planted_points)
+    monkeypatch.setattr(frontier_plan, "plan_round", cut)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # jobs inherit the environment (sbatch --export=ALL)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    return study_dir
+
+
+_real_gap = study_ledger._records_gap
+
+
+@slurm_cluster
+@pytest.mark.slurm
+def test_rounds_on_the_slurm_backend_train_the_round_as_one_job_array_and_wait(small_round, data_kit, capsys):
+    study_dir = small_round
+    argv = [str(study_dir), "--backend", "slurm", "--slurm-partition", "debug", "--slurm-time", "10",
+            "--max-rounds", "1", "--no-report"]
+    assert rounds.main(argv) == 0
+    out = capsys.readouterr().out
+    doc = json.loads((study_dir / "rounds" / "round-1.json").read_text())
+    assert len(doc["runs"]) == ROUND_RUNS
+    jobs = set()
+    for row in doc["runs"]:
+        run_dir = study_ledger.run_dir(study_dir, row["run_id"])
+        status = runfiles.read_status(run_dir)
+        assert status["state"] == "done" and "_" in status["job_id"], status  # a task of a Slurm job array
+        jobs.add(status["job_id"].split("_")[0])
+        assert [int(r["from_step"]) for r in runfiles.read_metrics(run_dir, "start")] == [0]
+        assert [int(r["step"]) for r in runfiles.read_metrics(run_dir, "train")][-1] == 2
+        assert (run_dir / "eval.parquet").exists()
+    assert len(jobs) == 1  # the round's runs as one array, waited on before the next round is planned
+    assert "1 rounds recorded (--max-rounds); not starting another" in out
+    assert list((study_dir / "logs" / "slurm").glob("*/*/*.out")), "job logs live in the study dir"
+
+
+def test_rounds_take_the_launchers_backend_flags_and_refuse_bad_ones_before_writing(tmp_path, capsys, monkeypatch):
+    """The same flags as scaling.launch (scaling.run.backends declares them once): a dry run on
+    Slurm prints the job array it would submit, with no controller; bad flags are one line, exit 2."""
+    monkeypatch.setenv("PATH", str(tmp_path / "no-slurm-here"))  # no sinfo, sbatch, squeue
+    study_ledger.prepare(tmp_path / "s", build_study({"preset": "frontier", "families": "ar", "budgets": [1e12],
+                                                      "name": "rounds-flags"}))
+    monkeypatch.setattr(study_ledger, "_records_gap", lambda directory, steps: None)
+    monkeypatch.setattr(frontier_plan, "read_study", planted_points)
+    for run_id in study_ledger.study_run_ids(tmp_path / "s"):
+        runfiles.write_status(study_ledger.run_dir(tmp_path / "s", run_id), "done", step=1, steps=1)
+    before = snapshot(tmp_path)
+    slurm = ["--backend", "slurm", "--slurm-partition", "gpu", "--nodes", "2", "--gpus-per-node", "4"]
+    assert rounds.main([str(tmp_path / "s"), "--dry-run", *slurm]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("round 1: ") and "#SBATCH --gpus-per-node=4" in out and "#SBATCH --nodes=2" in out
+    assert snapshot(tmp_path) == before
+    for argv, line in [(["--backend", "kubernetes"], "rounds: backend: unknown backend 'kubernetes'"),
+                       (["--slurm-partition", "debug"], "rounds: slurm-partition: only used with --backend slurm"),
+                       (["--backend", "slurm", "--nodes", "0"], "rounds: nodes: 0 must be a positive integer"),
+                       (["--backend", "ray", "--cpus-per-trial", "0"], "rounds: cpus_per_trial: 0.0 must be > 0"),
+                       (["--max-retries", "-1"], "rounds: max-retries: -1")]:
+        assert rounds.main([str(tmp_path / "s"), *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(line), err
+    assert snapshot(tmp_path) == before
+
+
+def test_runs_on_more_than_one_gpu_train_with_deepspeed_under_the_same_ids():
+    study = build_study({"preset": "frontier", "families": "ar", "budgets": [1e12], "name": "rounds-ranks"})
+    spread = rounds.on_ranks(study, 8)
+    assert spread.run_ids == study.run_ids and rounds.on_ranks(study, 1) is study
+    assert {c.spec.engine for c in spread.cells} == {"deepspeed"} and {c.spec.engine for c in study.cells} == {"torch"}
+    assert dict(spread.settings)["resources"] == {"engine": "deepspeed"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jobs.run import tracking
+from jobs.run.files import read_metrics
 from jobs.run.spec import RunSpec
 from jobs.run.tracking import Tracker
 from scaling import launch
@@ -112,3 +113,45 @@ def test_a_bad_tracking_table_exits_2_naming_the_key(table, field, tmp_path, mon
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"launch: {field}"), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]
+
+
+def test_reachability_is_a_tcp_connection_to_wandbs_server():
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        assert tracking.unreachable(f"http://127.0.0.1:{server.getsockname()[1]}") is None
+    assert tracking.unreachable("http://127.0.0.1:9").startswith("127.0.0.1:9 unreachable (")  # discard: closed
+
+
+def test_an_api_key_without_a_server_trains_offline_and_says_so_in_a_real_process(tmp_path, data_kit):
+    """The real condition of a compute node: a key (WANDB_API_KEY, so online is chosen) and no route
+    to wandb's server. The run trains, logs offline into run_dir/wandb, and its status says so."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[3]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(PYTHONPATH=str(repo), WANDB_API_KEY="0123456789abcdef" * 2 + "01234567", HOME=str(tmp_path),
+               AOSCALE_CACHE=str(tmp_path / "cache"), OMP_NUM_THREADS="1")
+    if tracking.unreachable(wandb.Settings().base_url) is None:
+        pytest.skip("wandb's server answers from here: this test needs a machine without internet")
+    run_dir = tmp_path / "run"
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "jobs.train", "--run-dir", str(run_dir), "--family", "ar", "--size",
+                           "0.1M", "--steps", "3", "--seq-len", "32", "--batch-size", "4", "--set", "tracking.wandb=true"],
+                          env=env, cwd=repo, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "done" and status["tracking"].startswith("wandb offline: "), status
+    assert "unreachable" in status["tracking"] and "wandb sync" in status["tracking"]
+    assert "wandb offline: " in proc.stderr
+    runs = list((run_dir / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and any(runs[0].glob("*.wandb"))
+    assert [r["step"] for r in read_metrics(run_dir, "train")][-1] == 3  # trained to the end, logged locally
+    assert time.monotonic() - start < 120  # no wait on wandb's 90 s init timeout
