@@ -145,6 +145,7 @@ def _check(args: argparse.Namespace) -> tuple[StudySpec, Path, Any]:
     study = study_ledger.adopt_name(study_dir, study, named, extending)
     study_ledger.check_study_dir(study_dir, study, extending)
     launch_checks.check_study(study, study_dir)
+    launch_checks.check_fit(study, world_size, args.backend)
     return study, study_dir, options
 
 
@@ -285,6 +286,7 @@ def _main(args: argparse.Namespace) -> int:
     has_gpu = bool(visible_gpus())
     if args.dry_run:
         print(format_plan(study, rows, usable_cores(), has_gpu))
+        print(launch_checks.check_fit(study, BACKENDS[args.backend].world_size(options), args.backend))
         describe = BACKENDS[args.backend].describe
         if describe is not None:
             todo = [r for r in study.run_ids if study_ledger.view(study_dir, r).state != "done"]
