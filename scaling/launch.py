@@ -138,6 +138,7 @@ def _check(args: argparse.Namespace) -> tuple[StudySpec, Path, Any]:
     study_ledger.check_study_dir(study_dir, study, extending)
     prepare_stage.use_cache(prepare_stage.stage(study, study_dir, args.backend))  # what the checks read
     launch_checks.check_study(study, study_dir)
+    launch_checks.check_fit(study, world_size, args.backend)
     return study, study_dir, options
 
 
@@ -282,6 +283,7 @@ def _main(args: argparse.Namespace) -> int:
     has_gpu = bool(visible_gpus())
     if args.dry_run:
         print(format_plan(study, rows, usable_cores(), has_gpu))
+        print(launch_checks.check_fit(study, BACKENDS[args.backend].world_size(options), args.backend))
         print(prepare_stage.describe(prepare_stage.stage(study, study_dir, args.backend), args.backend, options))
         describe = BACKENDS[args.backend].describe
         if describe is not None:

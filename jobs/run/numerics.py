@@ -43,7 +43,7 @@ class NumericsPath:
     torch: str  # torch's version (its kernels and its BLAS come with it)
     kernels: str  # the fused CPU kernels' build key, "off", or NOT_USED (no adaLN, or not fp32 on the CPU)
     threads: int  # intra-op threads (the kernels' backward sums one partial per thread)
-    precision: str  # fp32 | bf16
+    precision: str  # fp32 | bf16 (autocast over fp32 weights on every engine: jobs.train.engines)
     compiled: bool  # through torch.compile
 
     @property

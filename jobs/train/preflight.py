@@ -6,7 +6,9 @@ same checks over every run of a study before the launcher writes the study:
 - each field by its one rule and the rules between fields (`jobs.train.spec_rules.validate`);
 - the model's own rules (family, size, options, context), without building the model, and that
   the family provides every capability its evaluation suite uses (`jobs.data.suites.Suite.capabilities`);
-- memory of the model's training state and activations against this machine;
+- memory: the micro-batch each rank trains with is planned from the memory model of its training
+  state and activations and this machine's memory (`plan_micro_batch`); a run that cannot fit
+  even at micro-batch 1 is refused;
 - the data (through jobs.data's loaders): the corpus exists, decodes as UTF-8 (the file and byte
   offset are named), `.jsonl` records hold their text field, and each split holds at least one
   window of `seq_len + 1` tokens; Hugging Face names are resolved once, with a timeout;
@@ -44,7 +46,7 @@ from models.ladder import core_params, get_shape
 
 # The memory model of one rank (`memory_bytes`), uncalibrated (a GPU's max_memory_allocated is
 # another issue's): training state + one micro-batch's activations and logits, planned against
-# USABLE_FRACTION of the device's memory.
+# USABLE_FRACTION of the device's memory (docs/DESIGN.md §8).
 # State bytes per parameter, fp32 throughout (bf16 is autocast over fp32 weights on every engine):
 # weights 4, gradients 4, AdamW's two moments 8; DeepSpeed's ZeRO 1/2 also keep an fp32 master
 # partition (4) beside the module's weights. ZeRO partitions over the ranks (Rajbhandari et al.

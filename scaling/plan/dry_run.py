@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 
 
+from jobs.train.preflight import USABLE_FRACTION, memory_formula, plan_micro_batch
 from models.ladder import core_params, get_shape
 
 from scaling.study.accounting import VOCAB_SIZES, family_accounting, vocab_of  # noqa: F401 (re-exported)
@@ -32,6 +33,7 @@ CPU_FLOPS_PER_CORE = 20e9
 RUN_OVERHEAD_S = 30.0  # start-up and cpu-suite evaluation per run, measured on the quickstart (tune_quickstart)
 CPU_REFUSE_HOURS = 12.0  # a local CPU plan longer than this is refused without --force
 S_PER_HOUR = 3600.0
+GIB = 2**30
 
 
 @dataclass(frozen=True)
@@ -141,3 +143,70 @@ def refusal(study: StudySpec, rows: list[PlanRow], cores: int) -> str | None:
     return (f"budget: this study needs ~{hours:.3g} hours on {cores} CPU cores ({total_flops:.2e} FLOPs; "
             f"{gpu_hours(total_flops):.3g} GPU-hours on {GPU_NAME}); run it on a cluster with "
             f"--backend slurm or --backend ray, shrink it (--sizes, --tokens, --max-steps), or pass --force")
+
+
+# ---------------------------------------------------------------------------------------------
+# The memory plan: each run's micro-batch, accumulation and ranks (jobs.train.preflight's memory model)
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    """How one run splits its batch: `micro` sequences per forward pass x `accumulation` passes per
+    optimizer step on each of `ranks` ranks, using `rank_bytes` of the memory model per rank."""
+
+    run_id: str
+    family: str
+    size: str
+    micro: int
+    accumulation: int
+    ranks: int
+    rank_bytes: int
+
+    @property
+    def batch(self) -> int:
+        return self.micro * self.accumulation * self.ranks
+
+
+def memory_rows(study: StudySpec, ranks: int, device_bytes: int) -> list[MemoryRow]:
+    """Each run's plan (jobs.train.preflight.plan_micro_batch) on `ranks` devices of `device_bytes`;
+    runs that differ only in seed, lr or schedule share one computation."""
+    planned: dict[tuple, tuple[int, int, int]] = {}
+    rows = []
+    for cell in study.cells:
+        spec = cell.spec
+        key = (spec.family, spec.size, spec.model_options, spec.tokenizer, spec.seq_len, spec.batch_size,
+               spec.micro_batch_size, spec.ema > 0, spec.engine, spec.zero_stage)
+        if key not in planned:
+            planned[key] = plan_micro_batch(spec, ranks, device_bytes)
+        micro, accumulation, need = planned[key]
+        rows.append(MemoryRow(spec.run_id, spec.family, spec.size, micro, accumulation, ranks, need))
+    return rows
+
+
+def memory_refusal(rows: list[MemoryRow], device_bytes: int, source: str) -> str | None:
+    """One line naming the first run that does not fit `device_bytes` (from `source`, e.g.
+    `--gpu-memory 80`) even at micro-batch 1, with the fixes; None when every run fits."""
+    usable = device_bytes * USABLE_FRACTION
+    over = [r for r in rows if r.rank_bytes > usable]
+    if not over:
+        return None
+    worst = max(over, key=lambda r: r.rank_bytes)
+    return (f"gpu-memory: run {worst.run_id} ({worst.family} {worst.size}) needs about "
+            f"{worst.rank_bytes / GIB:.1f} GiB per rank even at micro-batch 1 on {worst.ranks} rank(s), more than "
+            f"{USABLE_FRACTION:.0%} of {source} ({len(over)} of {len(rows)} runs do not fit); fix: more GPUs "
+            "(--gpus-per-node, --nodes), ZeRO stage 3 (--set resources.zero_stage=3), smaller --sizes or "
+            "--seq-len, or a larger --gpu-memory if the GPUs have it")
+
+
+def format_memory_plan(rows: list[MemoryRow], device_bytes: int, source: str) -> str:
+    """The dry-run's memory section: per run micro-batch x accumulation x ranks = batch and the
+    GiB per rank, under the stated assumption and the memory model's formula and margin."""
+    table = [("run_id", "size", "micro x accum x ranks", "GiB/rank")]
+    table += [(r.run_id, r.size, f"{r.micro} x {r.accumulation} x {r.ranks} = {r.batch}",
+               f"{r.rank_bytes / GIB:.1f}") for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    lines = [f"memory plan on {source} (planned to {USABLE_FRACTION:.0%}: {device_bytes * USABLE_FRACTION / GIB:.1f}"
+             " GiB): sequences per forward x accumulation steps x ranks = the batch"]
+    lines += ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in table]
+    lines.append(f"memory model: {memory_formula()}")
+    return "\n".join(lines)

@@ -5,7 +5,10 @@ file; its keys are checked by scaling.study.settings). After: every run through 
 types and ranges, the trainer's and the model's rules) and the study directory (writable). For a
 launch that trains (not `--dry-run`), after the plan's own budget check: the data of each
 corpus once and, when the local backend trains here, the largest run's memory against this
-machine. Each failure is a `cli.InputError`.
+machine. Every launch, dry or not, plans each run's micro-batch on the backend's ranks and the
+planned device memory (`check_fit`: `--gpu-memory`, default 80 GiB, on a cluster backend; this
+machine's memory for a local launch unless `--gpu-memory` is given) and refuses a run that cannot
+fit even at micro-batch 1. Each failure is a `cli.InputError`.
 """
 from __future__ import annotations
 
@@ -17,7 +20,8 @@ from cli.paths import marked, not_nested, user_path
 from jobs.train import preflight
 from jobs.run.files import NESTING_MARKERS, SPEC_FILE
 
-from scaling.study.settings import BY_KEY
+from scaling.plan.dry_run import GIB, format_memory_plan, memory_refusal, memory_rows
+from scaling.study.settings import BY_KEY, DEFAULT_GPU_MEMORY_GIB
 from scaling.study.study_spec import StudySpec
 
 def check_flags(args: argparse.Namespace, keys: tuple[str, ...]) -> None:
@@ -64,3 +68,28 @@ def check_resources(study: StudySpec, *, memory: bool) -> None:
     """For a launch that trains: each corpus once and, with `memory` (training here), the
     largest run against this machine."""
     preflight.check_specs([cell.spec for cell in study.cells], memory=memory, data=True)
+
+
+def planning_memory(study: StudySpec, backend: str) -> tuple[int, str, bool]:
+    """(bytes per device, how it is stated, whether it is the `--gpu-memory` assumption): the
+    study's `gpu_memory` setting, else this machine's memory for the local backend, else the
+    default of DEFAULT_GPU_MEMORY_GIB."""
+    gib = dict(study.settings).get("gpu_memory")
+    if gib is None and backend == "local":
+        have, what = preflight.machine_bytes()
+        return have, f"this machine's {have / GIB:.1f} GiB of {what} (local; --gpu-memory to plan for another)", False
+    gib = DEFAULT_GPU_MEMORY_GIB if gib is None else gib
+    default = "" if "gpu_memory" in dict(study.settings) else ", the default"
+    return int(gib * GIB), f"--gpu-memory {gib:g} GiB per GPU{default}", True
+
+
+def check_fit(study: StudySpec, ranks: int, backend: str) -> str:
+    """The memory plan's text for the dry-run; InputError (one line) when a run's batch does not
+    split over the ranks, or (`gpu-memory`) cannot fit the planned GPU even at micro-batch 1. A local launch without `--gpu-memory` is
+    checked against this machine by `check_resources` instead, when it trains."""
+    device_bytes, source, assumed = planning_memory(study, backend)
+    rows = memory_rows(study, ranks, device_bytes)  # InputError: a batch that does not split over the ranks
+    why = memory_refusal(rows, device_bytes, source)
+    if why and assumed:
+        raise InputError(why)
+    return format_memory_plan(rows, device_bytes, source)

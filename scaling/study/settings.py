@@ -32,6 +32,8 @@ from .presets import PRESETS, base_for, preset_settings
 from . import sweep
 from jobs.run.recipes import Budget
 
+DEFAULT_GPU_MEMORY_GIB = 80.0  # an A100/H100 80 GB: the planning assumption of a cluster backend
+MAX_GPU_MEMORY_GIB = 1e4  # far above any accelerator's memory; a typo in MiB is refused
 TOKENS_PER_PARAM_LIMIT = 1e6  # Chinchilla is 20; far above any sane budget, far below float overflow
 # RunSpec fields a study decides itself; the remaining hashed fields may be set under [run].
 STRUCTURAL = {"family", "size", "steps", "lr", "warmup_steps", "model_options", "tokenizer", "corpus",
@@ -244,6 +246,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("branch_decay", "plans", rules.positive_number, "a branch decays over this share of the tokens "
             f"its trunk had seen (default {sweep.DEFAULT_BRANCH_DECAY:g})", type=float_arg),
     Setting("carry_lr", "plans", lambda f, v: _plain(sweep.parse_carry, v)),
+    # planning: what the dry-run assumes of the hardware; no run id, no study name depends on it
+    Setting("gpu_memory", "planning", lambda f, v: rules.at_most(f, rules.positive_number(f, v), MAX_GPU_MEMORY_GIB,
+                                                                 "a planning assumption in GiB per GPU"),
+            f"GiB of memory per GPU the plan assumes (default {DEFAULT_GPU_MEMORY_GIB:g}; local: this machine's): "
+            "the dry-run's micro-batch x accumulation and its refusal of a run that cannot fit; on the node the "
+            "detected memory decides", type=float_arg, metavar="GIB"),
 )
 FLAG_SETTINGS = tuple(s for s in SETTINGS if s.help)  # the launcher's flags, in this order
 
@@ -283,7 +291,8 @@ SETTING_KEYS = tuple(BY_KEY)
 BUDGET_KEYS = tuple(f.name for f in fields(Budget))
 assert set(BUDGET_KEYS) == {s.key for s in SETTINGS if s.section == "budget"}, "Budget and SETTINGS disagree"
 # Settings that change results: giving one renames a preset's study `<preset>-<hash>`.
-RESULT_KEYS = tuple(s.key for s in SETTINGS if s.key not in ("name", "resources", "tracking", "judge", "cache_dir"))
+RESULT_KEYS = tuple(s.key for s in SETTINGS if s.key not in ("name", "resources", "tracking", "judge", "cache_dir")
+                    and s.section != "planning")
 
 
 @dataclass(frozen=True)
