@@ -58,7 +58,7 @@ from jobs.eval.state import check_done
 from jobs.eval.progress import Progress, progress_key
 from jobs.eval.shard import Shard, ranks
 from jobs.run.device import pick_device
-from jobs.train.loop import stop_on_signals, stop_requested
+from jobs.train.loop import clear_stop, stop_on_signals, stop_requested
 from cli import rules
 from models import likelihood as lk
 
@@ -627,6 +627,7 @@ def main(argv: list[str] | None = None) -> int:
         make_settings(suite, **overrides)  # every flag checked before the lock is taken
         check_eval_dir(Path(args.run_dir))
         partial_run = check_done(args.run_dir, args.allow_partial)
+        clear_stop()  # a stop asked of this process before the command is not this command's
         with ranks(pick_device()) as shard, _rank0_lock(shard, args.run_dir), stop_on_signals(True):
             try:
                 frame = evaluate(args.run_dir, suite, **overrides)
