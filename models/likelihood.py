@@ -32,6 +32,10 @@ import torch.nn.functional as F
 MAX_LOGIT_ELEMENTS = 1 << 25  # rows·L·V per forward (128 MiB of fp32 logits) before chunking
 CUDA_MAX_LOGIT_ELEMENTS = 1 << 30  # on a GPU (4 GiB of fp32 logits): 20 rows of 1024 x 50257
 ESTIMATORS = ("mdlm", "kdce")
+# Floats per token and model width that one row of a no-grad forward holds at once: the residual
+# stream, q/k/v and the attention output (4), the MLP's 4 x d hidden and its activation (8), with
+# room for the norms (the bound of the ensemble's and the MDM's batched forwards)
+ROW_ACTIVATIONS = 16
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,25 @@ def span_scores(model, tokens: torch.Tensor, a: int, b: int) -> tuple[torch.Tens
     target = tokens[:, a:b]
     nll = F.cross_entropy(logits.flatten(0, 1), target.flatten(), reduction="none").view_as(target)
     return nll, logits.argmax(-1) == target
+
+
+def masked_prefix_logits(model, tokens: torch.Tensor, a: int, b: int) -> torch.Tensor:
+    """An MDM's span logits [B, b-a, V]: row (n, i) is sequence n with x_i..x_{b-1} masked, its
+    noise level the masked fraction, and the head run at position i alone (the exact L2R
+    likelihood with (a, b) = (0, L): one row per token). Rows of every position and sequence go
+    through the network together, in forwards of at most MAX_LOGIT_ELEMENTS (CUDA_...: on a GPU)
+    activations, L x d_model x ROW_ACTIVATIONS per row, each chunk's rows built when it runs."""
+    B, L = tokens.shape
+    S = b - a
+    pos = torch.arange(L, device=tokens.device)
+    out = []
+    for sl in row_chunks(B * S, L * model.shape.d_model * ROW_ACTIVATIONS, tokens.device):
+        row = torch.arange(sl.start, sl.stop, device=tokens.device)
+        target = a + row % S
+        mask = (pos[None] >= target[:, None]) & (pos[None] < b)
+        x_t = mask_tokens(model, tokens[row // S], mask)
+        out.append(model(x_t, mdm_level(model, mask.float().mean(1)), at=target))
+    return torch.cat(out).view(B, S, -1)
 
 
 def l2r_nll(model, tokens: torch.Tensor) -> torch.Tensor:
@@ -305,7 +328,7 @@ def _sorted_slot_logprobs(model, rows, orders, slots) -> torch.Tensor:
     perm = slots.argsort()
     out = torch.empty(len(rows), device=rows.device)
     L = rows.shape[1]
-    for sl in row_chunks(len(rows), L * model.shape.d_model * 16, rows.device):
+    for sl in row_chunks(len(rows), L * model.shape.d_model * ROW_ACTIVATIONS, rows.device):
         idx = perm[sl]
         out[idx] = _slot_logprobs(model, rows[idx], orders[idx], slots[idx])
     return out

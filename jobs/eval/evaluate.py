@@ -26,6 +26,7 @@ import os
 import sys
 import zlib
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from collections.abc import Callable
 
@@ -33,7 +34,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from cli import InputError, Parser, int_arg, parse, run_main
+from cli import Busy, InputError, Parser, int_arg, parse, run_main
 from cli.faults import fault_point
 from jobs.train import checkpoint
 from jobs.eval import windows as ew
@@ -44,7 +45,7 @@ from jobs.eval.generate import GenSettings, generation_sweep, write_samples
 from models.sampling import Sampling
 from jobs.train.cli import add_field_flag, field_flag
 from jobs.train.preflight import check_eval_dir
-from jobs.eval.records import record, run_context, to_frame, write_records
+from jobs.eval.records import concat_frames, record, run_context, to_frame, write_records
 from jobs.run.lock import holding
 from jobs.data.suites import DEFAULT_SUITE, EvalSuite, Suite
 from jobs.data.datasets import EVAL_SET_NAMES, load_eval_set, load_lambada, token_byte_lengths
@@ -54,12 +55,17 @@ from jobs.run.files import add_status_warning
 from jobs.data.unigram import unigram_window_nll
 from jobs.data import heldout
 from jobs.eval.state import check_done
+from jobs.eval.progress import Progress, progress_key
+from jobs.eval.shard import Shard, ranks
+from jobs.run.device import pick_device
+from jobs.train.loop import clear_stop, stop_on_signals, stop_requested
 from cli import rules
 from models import likelihood as lk
 
 SUITE_FLAG = field_flag("eval_suite")  # `--eval-suite`, as every command names it; `--suite` is its alias
 EVAL_SEED = 20240917  # any fixed number; recorded in every row as eval_seed
 LN2 = math.log(2.0)
+EXIT_STOPPED = 3  # as jobs.train's exit status for a preempted run: rerun to finish
 
 
 
@@ -75,6 +81,7 @@ class Settings:
     data_dir: str | None = None
     require_zero_shot: bool = False  # the caller named the sets: a missing one is an error
     place: Placement | None = None  # device, precision and batch (`jobs.run.device.placement` of the run)
+    shard: Shard = Shard()  # this rank among the evaluating ranks (jobs.eval.shard)
 
 
 @dataclass(frozen=True)
@@ -178,15 +185,36 @@ def generator(seed: int, *names: str, device: torch.device | str = "cpu") -> tor
     return torch.Generator(device).manual_seed(seed * 1_000_003 + zlib.crc32("/".join(names).encode()))
 
 
-def _batches(chunks: torch.Tensor, settings: Settings) -> list[torch.Tensor]:
-    """Batches of the placement's size (8 without one), on its device."""
-    place = settings.place
-    size, device = (place.eval_batch, place.device) if place else (8, "cpu")
-    return [chunks[i:i + size].to(device) for i in range(0, len(chunks), size)]
+def _batch_size(settings: Settings) -> int:
+    """Sequences per forward: the placement's (8 without one)."""
+    return settings.place.eval_batch if settings.place else 8
 
 
 def _device(settings: Settings) -> torch.device | str:
     return settings.place.device if settings.place else "cpu"
+
+
+def per_batch(chunks: torch.Tensor, settings: Settings, score: Callable[[torch.Tensor], object]) -> list:
+    """[score(batch) for each batch of the placement's size], each batch scored on the device of
+    one rank (batch i by rank i mod N: jobs.eval.shard), the results on every rank in order."""
+    size = _batch_size(settings)
+    return settings.shard.map(-(-len(chunks) // size),
+                              lambda i: score(chunks[i * size:(i + 1) * size].to(_device(settings))))
+
+
+def per_batch_drawn(chunks: torch.Tensor, settings: Settings, names: tuple[str, ...],
+                    score: Callable[[torch.Tensor, torch.Generator], object]) -> list:
+    """`per_batch` for Monte-Carlo metrics: batch i draws from its own generator (`generator` of
+    the seed, the names and, past batch 0, the batch's index), so its draws are the same whichever
+    rank scores it and however many ranks there are. Batch 0's stream is the one a whole
+    (dataset, metric) drew from before evaluation was sharded: one-batch records are unchanged."""
+    size = _batch_size(settings)
+
+    def scored(i: int) -> object:
+        g = generator(settings.seed, *names, *((f"batch{i}",) if i else ()), device=_device(settings))
+        return score(chunks[i * size:(i + 1) * size].to(_device(settings)), g)
+
+    return settings.shard.map(-(-len(chunks) // size), scored)
 
 
 def _row(ctx, ds: Dataset, metric: str, **fields) -> dict:
@@ -208,7 +236,7 @@ def _window_row(ctx, ds: Dataset, metric: str, per_window: torch.Tensor, index: 
 
 def l2r_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
     """nll_l2r (nats/token) and bpb_l2r (bits/byte), exact given the windows."""
-    nll = torch.cat([lk.l2r_nll(model, b) for b in _batches(ds.chunks, settings)]).double().cpu()
+    nll = torch.cat(per_batch(ds.chunks, settings, lambda b: lk.l2r_nll(model, b))).double()
     row = _window_row(ctx, ds, "nll_l2r", nll.mean(1), unit="nats/token", estimator="exact")
     per_byte = nll.numel() / LN2 / ds.n_bytes  # bpb = mean per-window nll x tokens / (ln 2 x bytes)
     bpb = {k: v for k, v in row.items() if k != ew.PAYLOAD}  # a unit conversion: no windows of its own
@@ -225,8 +253,9 @@ def _mc_row(ctx, ds, metric, draws: torch.Tensor, estimator: str, index: np.ndar
 
 def anyorder_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
     """nll_anyorder over K uniform permutations per sequence."""
-    k, g = settings.suite.k_mc, generator(settings.seed, ds.name, "nll_anyorder", device=_device(settings))
-    draws = torch.cat([lk.anyorder_draws(model, b, k, g) for b in _batches(ds.chunks, settings)])
+    k = settings.suite.k_mc
+    draws = torch.cat(per_batch_drawn(ds.chunks, settings, (ds.name, "nll_anyorder"),
+                                      lambda b, g: lk.anyorder_draws(model, b, k, g)))
     return [_mc_row(ctx, ds, "nll_anyorder", draws, "perm_mc", k_mc=k)]
 
 
@@ -242,8 +271,8 @@ def ensemble_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dic
     index = ew.ensemble_subset(len(ds.chunks), s.ensemble_chunks, settings.seed)
     chunks = ds.chunks[torch.from_numpy(index)]
     n_targets = min(s.n_targets, chunks.shape[1])
-    g = generator(settings.seed, ds.name, "nll_ensemble", device=_device(settings))
-    logp = torch.cat([lk.ensemble_logprobs(model, b, s.m_max, n_targets, g)[0] for b in _batches(chunks, settings)])
+    logp = torch.cat(per_batch_drawn(chunks, settings, (ds.name, "nll_ensemble"),
+                                     lambda b, g: lk.ensemble_logprobs(model, b, s.m_max, n_targets, g)[0]))
     return [_mc_row(ctx, ds, "nll_ensemble", lk.ensemble_losses(logp, m), "ctx_ensemble", index, m=m,
                     n_targets=n_targets) for m in ensemble_sweep(s.m_max)]
 
@@ -254,8 +283,8 @@ def elbo_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
     kdce bound of its softmax-normalised logits; the `estimator` column says which)."""
     k, rows = settings.suite.k_mc, []
     for est in lk.elbo_estimators(model):
-        g = generator(settings.seed, ds.name, f"nll_elbo_{est}", device=_device(settings))
-        draws = torch.cat([lk.mdm_elbo_draws(model, b, k, est, g) for b in _batches(ds.chunks, settings)])
+        draws = torch.cat(per_batch_drawn(ds.chunks, settings, (ds.name, f"nll_elbo_{est}"),
+                                          lambda b, g, est=est: lk.mdm_elbo_draws(model, b, k, est, g)))
         rows.append(_mc_row(ctx, ds, f"nll_elbo_{est}", draws, est, k_mc=k))
         if est == lk.default_elbo_estimator(model):
             rows.append(_mc_row(ctx, ds, "nll_anyorder", draws, est, k_mc=k))
@@ -278,16 +307,19 @@ def lambada_rows(model, spec, ctx: dict, settings: Settings) -> list[dict]:
 
     Decoders use the identity order and MDMs mask the target, so all families see the left
     context only here. Items are batched by (context, target) length."""
-    items = load_lambada(get_encoding(spec.tokenizer), data_dir=_data_dir(settings))
+    items = settings.shard.from_rank0(lambda: load_lambada(get_encoding(spec.tokenizer), data_dir=_data_dir(settings)))
     groups: dict[tuple[int, int], list[list[int]]] = {}
     for context, target in items:
         context = context[-(model.seq_len - len(target)):]
         groups.setdefault((len(context), len(target)), []).append(context + target)
-    hits = 0
-    for (a, t), seqs in sorted(groups.items()):
-        for batch in _batches(torch.tensor(seqs), settings):
-            hits += int(lk.span_scores(model, batch, a, a + t)[1].all(1).sum())
-    acc = hits / len(items)
+    size = _batch_size(settings)
+    batches = [(a, t, seqs[i:i + size]) for (a, t), seqs in sorted(groups.items()) for i in range(0, len(seqs), size)]
+
+    def hits(i: int) -> int:
+        a, t, seqs = batches[i]
+        return int(lk.span_scores(model, torch.tensor(seqs, device=_device(settings)), a, a + t)[1].all(1).sum())
+
+    acc = sum(settings.shard.map(len(batches), hits)) / len(items)
     ds = Dataset("lambada", "test", torch.empty(0), 0, "OpenAI LAMBADA test; context truncated to the "
                  "model context; target = last word with its leading space")
     return [_row(ctx, ds, "lambada_acc", value=acc, se=_binomial_se(acc, len(items)), unit="fraction",
@@ -299,12 +331,13 @@ def infill_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]
     L = ds.chunks.shape[1]
     span = min(settings.suite.infill_span, L - 2)
     a = (L - span) // 2
-    nll, em = [], []
-    for batch in _batches(ds.chunks, settings):
+
+    def scored(batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         n, hits = lk.span_scores(model, batch, a, a + span)
-        nll.append(n.double().mean(1).cpu())
-        em.append(hits.all(1).double().cpu())
-    nll, em = torch.cat(nll), torch.cat(em)
+        return n.double().mean(1), hits.all(1).double()
+
+    parts = per_batch(ds.chunks, settings, scored)
+    nll, em = torch.cat([n for n, _ in parts]), torch.cat([e for _, e in parts])
     context = model.SPEC.infill_context
     chunking = f"{ds.chunking}; span = tokens [{a}, {a + span}) of each chunk"
     base = dict(dataset=ds.name, split=ds.split, n_samples=len(nll), estimator=context, chunking=chunking)
@@ -314,17 +347,30 @@ def infill_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]
 
 
 # ---- the job -----------------------------------------------------------------------------------
-def load_run(run_dir: str | Path, weights: str):
+class Stopped(Exception):
+    """A stop (a stop signal, jobs.train.loop.request_stop) came between two sets: the finished
+    sets are kept (jobs.eval.progress) and a rerun scores the others."""
+
+
+def load_run(run_dir: str | Path, weights: str, compile: bool = True):
     """(model, spec, info) of the run's newest checkpoint, on the run's device with its compile
     setting (`jobs.run.device.placement`); InputError when there is none or a newer one is corrupt
     (see jobs.train.checkpoint.load_run)."""
     model, spec, info = checkpoint.load_run(run_dir, weights, device="auto")
     place = placement(spec)
-    if place.compile:
+    if compile and place.compile:
         model.core.compile_stack()
     if place.device.type == "cpu":
         keep_freed_memory()  # batches of the same shapes again and again: no page faults for them
     return model, spec, info
+
+
+def load_weights(model, run_dir: str | Path, weights: str) -> checkpoint.CheckpointInfo:
+    """Put the run's `weights` (ema | raw) into `model` in place: a compiled stack stays compiled,
+    so an evaluation compiles once whatever it scores."""
+    other, _, info = checkpoint.load_run(run_dir, weights)
+    model.load_state_dict(other.state_dict())
+    return info
 
 
 def _seq_len(model, settings: Settings) -> int:
@@ -342,39 +388,159 @@ def weight_kinds(spec, weights: str) -> tuple[str, ...]:
     return ("ema", "raw") if spec.ema > 0 else ("raw",)
 
 
+@dataclass(frozen=True)
+class EvalSet:
+    """One resumable piece of an evaluation: `rows(model, spec, ctx, settings)` with the `weights`
+    loaded. `every_rank`: scored by all ranks together (else by rank 0 alone, after them)."""
+
+    name: str
+    weights: str
+    every_rank: bool
+    rows: Callable[..., list[dict]]
+
+
+def eval_sets(datasets: list[Dataset], settings: Settings, kinds: tuple[str, ...], run_dir: Path,
+              missing: list[str]) -> list[EvalSet]:
+    """The evaluation's sets in record order: per weights, each dataset's metrics, infilling,
+    LAMBADA; generation (rank 0, the first weights only)."""
+    suite, out = settings.suite, []
+    for kind in kinds:
+        out += [EvalSet(f"{kind}/{ds.name}/{ds.split}", kind, True, partial(dataset_rows, ds=ds)) for ds in datasets]
+        if suite.infill_span:
+            target = datasets[-1 if len(datasets) == 1 else 1]
+            out.append(EvalSet(f"{kind}/infill", kind, True,
+                               lambda model, spec, ctx, s, ds=target: infill_rows(model, ds, ctx, s)))
+        if suite.lambada:
+            out.append(EvalSet(f"{kind}/lambada", kind, True, partial(_lambada_or_missing, missing=missing)))
+    if suite.generate:
+        out.append(EvalSet(f"{kinds[0]}/generate", kinds[0], False, partial(generation_rows, run_dir=run_dir)))
+    return out
+
+
+def dataset_rows(model, spec, ctx: dict, settings: Settings, ds: Dataset) -> list[dict]:
+    """The family's metric groups (`FamilySpec.metrics`) on one dataset."""
+    return [row for group in model.SPEC.metrics for row in METRIC_ROWS[group](model, ds, ctx, settings)]
+
+
+def _lambada_or_missing(model, spec, ctx: dict, settings: Settings, missing: list[str]) -> list[dict]:
+    """lambada_rows; a LAMBADA that cannot be had goes to `missing` unless the sets were named."""
+    try:
+        return lambada_rows(model, spec, ctx, settings)
+    except ValueError as error:
+        if settings.require_zero_shot:
+            raise
+        missing.append(f"lambada_acc: {str(error)[:300]}")
+        return []
+
+
+def generation_rows(model, spec, ctx: dict, settings: Settings, run_dir: Path) -> list[dict]:
+    """The suite's generation sweep; its samples go to samples.parquet (the judge scores them
+    later if it is not trained yet)."""
+    suite = settings.suite
+    gen = [GenSettings(n_samples=suite.gen_samples, steps=suite.gen_steps, sampling=Sampling(t, top_p),
+                       seed=settings.seed, repeats=suite.gen_repeats) for t, top_p in suite.gen_sampling]
+    gen_rows, samples = generation_sweep(model, spec, ctx, run_dir, gen)
+    write_samples(run_dir, samples)
+    return gen_rows
+
+
 def evaluate(run_dir: str | Path, suite: EvalSuite | str = DEFAULT_SUITE, fresh: bool = False,
-             **overrides) -> pl.DataFrame:
+             **overrides) -> pl.DataFrame | None:
     """Evaluate the run's checkpoint with a suite; writes and returns run_dir/eval.parquet's rows.
 
     Overrides: k_mc, m_max, n_targets, val_chunks, ensemble_chunks, zero_shot (names),
     zero_shot_chunks, seed, weights (auto|ema|raw), seq_len, data_dir. Besides the family's
     metrics, each dataset gets its `nll_unigram` baseline (a property of the data, weights null).
     Every row names `suite`; `fresh` drops the run's earlier records instead of merging into them.
+
+    Under WORLD_SIZE > 1 every rank calls this: the windows are scored by all ranks
+    (jobs.eval.shard), rank 0 writes the records and returns them, the others return None. A
+    stop between sets raises `Stopped`; the finished sets are kept for the rerun (jobs.eval.progress).
     """
     suite = EvalSuite.parse(suite, SUITE_FLAG)  # text from a caller: parsed once, here
     settings = make_settings(suite, **overrides)
-    rows: list[dict] = []
-    model, spec, info = load_run(run_dir, "raw" if settings.weights == "auto" else settings.weights)
-    settings = replace(settings, place=placement(spec))
-    L = _seq_len(model, settings)
-    missing: list[str] = []
-    try:
-        datasets = load_datasets(spec, settings, L, missing)
-    except ValueError as error:
-        raise InputError(str(error)) from None
-    for kind in weight_kinds(spec, settings.weights):
-        if kind != info.weights:
-            model, spec, info = load_run(run_dir, kind)
-        ctx = {**run_context(spec, model.count_params(), model.flops_per_token(), info.step, info.weights),
-               "eval_seed": settings.seed, "suite": str(suite), "suite_hash": settings.suite.fingerprint,
-               **settings.place.columns(), **record_columns(run_dir, model, settings.place)}
-        rows += compute_rows(model, spec, datasets, ctx, settings, Path(run_dir), missing)
-    rows += unigram_rows(spec, model.vocab_size, datasets, {**ctx, "weights": None})
-    windows = ew.take(rows)
-    fault_point("evaluate.before_records")  # every metric computed, nothing written yet
-    frame = write_records(run_dir, to_frame(rows), drop=("gen_ppl",) if settings.suite.generate else (), fresh=fresh)
+    run_dir = Path(run_dir)
+    with ranks(pick_device()) as shard:
+        model, spec, info = load_run(run_dir, settings.weights)  # `auto`: the first of weight_kinds
+        settings = replace(settings, place=placement(spec), shard=shard)
+        L = _seq_len(model, settings)
+        missing: list[str] = []
+
+        def load() -> tuple[list[Dataset], list[str]]:
+            try:
+                return load_datasets(spec, settings, L, missing), missing
+            except ValueError as error:
+                raise InputError(str(error)) from None
+
+        datasets, missing = shard.from_rank0(load)
+        kinds = weight_kinds(spec, settings.weights)
+        sets = eval_sets(datasets, settings, kinds, run_dir, missing)
+        key = progress_key(suite=str(suite), suite_hash=settings.suite.fingerprint, seed=settings.seed,
+                           weights=kinds, seq_len=L, data_dir=_data_dir(settings), step=info.step,
+                           checkpoint=info.path.name, place=settings.place.columns(), batch=_batch_size(settings))
+        progress = Progress(run_dir, key) if shard.rank0 else None
+        done = shard.from_rank0(lambda: sorted(progress.done))
+        state = _Scorer(model, spec, info, settings, suite, run_dir)
+        for es in [s for s in sets if s.every_rank] + [s for s in sets if not s.every_rank]:
+            if es.name in done or not (es.every_rank or shard.rank0):
+                continue
+            if shard.any(stop_requested()) if es.every_rank else stop_requested():
+                raise Stopped(f"eval: stopped between sets, {len(done)} of {len(sets)} scored (kept in "
+                              f"{run_dir / 'eval_progress'}); rerun to score the rest")
+            before = len(missing)
+            rows = state.score(es)
+            if shard.rank0:
+                progress.save(es.name, to_frame(rows), ew.take(rows), missing[before:])
+            done.append(es.name)
+        if not shard.rank0:
+            return None
+        parts = [progress.load(es.name) for es in sets]
+        return _write(run_dir, parts, state, datasets, settings, fresh, progress, missing)
+
+
+class _Scorer:
+    """The model with the weights of the set in hand (swapped in place, never recompiled) and the
+    record context of each weights kind."""
+
+    def __init__(self, model, spec, info, settings: Settings, suite: EvalSuite, run_dir: Path):
+        self.model, self.spec, self.info, self.settings = model, spec, info, settings
+        self.suite, self.run_dir = suite, run_dir
+
+    def use(self, weights: str) -> None:
+        if weights != self.info.weights:
+            self.info = load_weights(self.model, self.run_dir, weights)
+
+    def context(self) -> dict:
+        model, settings = self.model, self.settings
+        return {**run_context(self.spec, model.count_params(), model.flops_per_token(), self.info.step,
+                              self.info.weights),
+                "eval_seed": settings.seed, "suite": str(self.suite), "suite_hash": settings.suite.fingerprint,
+                **settings.place.columns(), **record_columns(self.run_dir, model, settings.place)}
+
+    def score(self, es: EvalSet) -> list[dict]:
+        """The set's rows; every-rank sets under no_grad and the run's autocast (generation as it runs)."""
+        self.use(es.weights)
+        scoring = (torch.no_grad(), self.settings.place.autocast()) if es.every_rank else ()
+        with contextlib.ExitStack() as stack:
+            for manager in scoring:
+                stack.enter_context(manager)
+            return es.rows(self.model, self.spec, self.context(), self.settings)
+
+
+def _write(run_dir: Path, parts: list[tuple[pl.DataFrame, pl.DataFrame, list[str]]], state: _Scorer,
+           datasets: list[Dataset], settings: Settings, fresh: bool, progress: Progress,
+           missing: list[str]) -> pl.DataFrame:
+    """Rank 0: every set's rows in record order, then the unigram baselines, into the run's
+    records and windows; the run's status names each zero-shot set that could not be had."""
+    rows = unigram_rows(state.spec, state.model.vocab_size, datasets, {**state.context(), "weights": None})
+    windows = pl.concat([w for _, w, _ in parts] + [ew.take(rows)])
+    records = concat_frames([r for r, _, _ in parts] + [to_frame(rows)])
+    missing = missing + [note for *_, notes in parts for note in notes]
+    fault_point("evaluate.before_records")  # every metric computed, no record written yet
+    frame = write_records(run_dir, records, drop=("gen_ppl",) if settings.suite.generate else (), fresh=fresh)
     ew.write_windows(run_dir, windows, fresh=fresh)
-    _report_missing(Path(run_dir), missing)
+    _report_missing(run_dir, missing)
+    progress.clear()
     return frame
 
 
@@ -394,35 +560,6 @@ def unigram_rows(spec, vocab_size: int, datasets: list[Dataset], ctx: dict) -> l
                         unigram_window_nll(spec.corpus, spec.tokenizer, vocab_size, ds.chunks, spec.text_field),
                         unit="nats/token", estimator="unigram_add1_train")
             for ds in datasets]
-
-
-def compute_rows(model, spec, datasets: list[Dataset], ctx: dict, settings: Settings,
-                 run_dir: Path, missing: list[str] | None = None) -> list[dict]:
-    """Every metric of the suite, as record rows (a LAMBADA that cannot be had goes to `missing`
-    unless the sets were named)."""
-    rows = []
-    autocast = settings.place.autocast() if settings.place else contextlib.nullcontext()
-    with torch.no_grad(), autocast:
-        for ds in datasets:
-            for group in model.SPEC.metrics:
-                rows += METRIC_ROWS[group](model, ds, ctx, settings)
-        if settings.suite.infill_span:
-            rows += infill_rows(model, datasets[-1 if len(datasets) == 1 else 1], ctx, settings)
-        if settings.suite.lambada:
-            try:
-                rows += lambada_rows(model, spec, ctx, settings)
-            except ValueError as error:
-                if settings.require_zero_shot or missing is None:
-                    raise
-                missing.append(f"lambada_acc: {str(error)[:300]}")
-    if settings.suite.generate and ctx["weights"] == weight_kinds(spec, settings.weights)[0]:
-        suite = settings.suite
-        gen = [GenSettings(n_samples=suite.gen_samples, steps=suite.gen_steps, sampling=Sampling(t, top_p),
-                           seed=settings.seed, repeats=suite.gen_repeats) for t, top_p in suite.gen_sampling]
-        gen_rows, samples = generation_sweep(model, spec, ctx, run_dir, gen)
-        write_samples(run_dir, samples)  # the judge scores them later if it is not trained yet
-        rows += gen_rows
-    return rows
 
 
 # ---- CLI ---------------------------------------------------------------------------------------
@@ -449,9 +586,29 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@contextlib.contextmanager
+def _rank0_lock(shard: Shard, run_dir: str):
+    """The run's lock, held by rank 0 for all ranks (jobs.run.lock); Busy on every rank when
+    another process holds it."""
+    with contextlib.ExitStack() as stack:
+        def take() -> str:
+            try:
+                stack.enter_context(holding(run_dir))
+            except Busy as busy:
+                return str(busy)
+            return ""
+
+        busy = shard.from_rank0(take)
+        if busy:
+            raise Busy(busy)
+        yield
+
+
 def main(argv: list[str] | None = None) -> int:
-    """CLI: exit 0 on success, 2 on bad input (one line on stderr, nothing written), 75 when
-    another process holds the run (jobs.run.lock)."""
+    """CLI: exit 0 on success, 2 on bad input (one line on stderr, nothing written), 3 when a stop
+    signal came between sets (the finished ones are kept; rerun to score the rest), 75 when
+    another process holds the run (jobs.run.lock). Under WORLD_SIZE > 1 (torchrun, srun) every
+    rank runs it and scores its share; rank 0 writes."""
     args = parse(build_parser(), argv)
     if isinstance(args, int):
         return args
@@ -469,12 +626,19 @@ def main(argv: list[str] | None = None) -> int:
         suite = EvalSuite.parse(args.eval_suite, SUITE_FLAG)
         make_settings(suite, **overrides)  # every flag checked before the lock is taken
         check_eval_dir(Path(args.run_dir))
-        partial = check_done(args.run_dir, args.allow_partial)
-        with holding(args.run_dir):
-            frame = evaluate(args.run_dir, suite, **overrides)
-        if partial:
-            print(f"warning: {partial}", file=sys.stderr)
-            add_status_warning(args.run_dir, partial)
+        partial_run = check_done(args.run_dir, args.allow_partial)
+        clear_stop()  # a stop asked of this process before the command is not this command's
+        with ranks(pick_device()) as shard, _rank0_lock(shard, args.run_dir), stop_on_signals(True):
+            try:
+                frame = evaluate(args.run_dir, suite, **overrides)
+            except Stopped as stopped:
+                print(stopped, file=sys.stderr)
+                return EXIT_STOPPED
+        if frame is None:  # another rank's share is done; rank 0 writes
+            return 0
+        if partial_run:
+            print(f"warning: {partial_run}", file=sys.stderr)
+            add_status_warning(args.run_dir, partial_run)
         print(f"wrote {len(frame)} records to {Path(args.run_dir) / 'eval.parquet'}")
         return 0
 

@@ -127,6 +127,15 @@ def to_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
     return pl.DataFrame(full, schema=dtypes, orient="row")
 
 
+def concat_frames(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """Record frames as one, with `to_frame`'s columns in its order (to_frame of all their rows)."""
+    names = {name for frame in frames for name in frame.columns}
+    dtypes = {**SCHEMA, **_extra_columns(names)}
+    merged = pl.concat(frames, how="diagonal") if frames else to_frame([])
+    missing = [pl.lit(None, dtype).alias(n) for n, dtype in dtypes.items() if n not in merged.columns]
+    return merged.with_columns(missing).select(list(dtypes)).cast(dtypes)
+
+
 def read_records(run_dir: str | Path) -> pl.DataFrame:
     """The run's eval.parquet (an empty frame with the schema when there is none); InputError when
     a column is missing or of another kind (cli.record_checks.record_dtype_problem)."""

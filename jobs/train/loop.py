@@ -55,6 +55,17 @@ def request_stop() -> None:
     _STOP.set()
 
 
+def stop_requested() -> bool:
+    """Whether a stop was asked (`request_stop`, a stop signal) since the last training call began
+    (evaluation stops between its sets on it: jobs.eval.evaluate)."""
+    return _STOP.is_set()
+
+
+def clear_stop() -> None:
+    """Forget an earlier stop request (a command that starts afresh: jobs.eval.evaluate's CLI)."""
+    _STOP.clear()
+
+
 def lr_at(step: int, spec: RunSpec) -> float:
     """Linear warm-up over `warmup_steps`, then cosine from the peak to `min_lr_ratio` x peak; or,
     with `schedule = "wsd"`, the peak until the last `decay_fraction` of the steps and a linear

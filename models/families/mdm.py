@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import sampling as sm
-from ..likelihood import mask_tokens, mdm_level, row_chunks, sedd_entropy
+from ..likelihood import masked_prefix_logits, sedd_entropy
 from .base import COMMON_OPTIONS, FamilyModel, FamilySpec, choice, positive_int
 
 LOSSES = ("mdlm", "kdce", "sedd")
@@ -64,14 +64,19 @@ class MDM(FamilyModel):
         self._init()
 
     # ---- network -------------------------------------------------------------------------
-    def forward(self, x_t: torch.Tensor, level: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits [B, L, V] over real tokens for a partly masked x_t [B, L]; level [B] noise level."""
+    def forward(self, x_t: torch.Tensor, level: torch.Tensor | None = None,
+                at: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits [B, L, V] over real tokens for a partly masked x_t [B, L]; level [B] noise level.
+        With `at` [B] (one position per row) the head runs there only: logits [B, V]."""
         positions = torch.arange(1, x_t.shape[1] + 1, device=x_t.device)
         x = self.with_position(self.wte(x_t), positions)  # RoPE: the core rotates by 0, 1, ...
         cond = None
         if self.time_mlp is not None:
             cond = self.time_mlp(_sinusoid(level, TIME_FREQ_DIM)).unsqueeze(1)  # [B, 1, c]
-        return self.logits_from_hidden(self.core(x, cond=cond))
+        h = self.core(x, cond=cond)
+        if at is not None:
+            h = h[torch.arange(len(at), device=h.device), at]
+        return self.logits_from_hidden(h)
 
     def masked_nll(self, tokens: torch.Tensor, mask: torch.Tensor, level=None) -> torch.Tensor:
         """-log p(x_i | x_unmasked) at masked positions, 0 elsewhere: [B, L] (SUBS copy-through)."""
@@ -103,21 +108,9 @@ class MDM(FamilyModel):
 
     # ---- capabilities --------------------------------------------------------------------
     def span_logits(self, tokens: torch.Tensor, a: int, b: int) -> torch.Tensor:
-        """Logits [B, b-a, V]: one forward per span position i with x_{i..b-1} masked (rows
-        batched in chunks)."""
-        B, L = tokens.shape
-        span = torch.arange(a, b, device=tokens.device)
-        rows = tokens.repeat_interleave(b - a, dim=0)  # [B*S, L], row r predicts span[r % S]
-        target = span.repeat(B)
-        pos = torch.arange(L, device=tokens.device)
-        mask = (pos[None] >= target[:, None]) & (pos[None] < b)
-        x_t = mask_tokens(self, rows, mask)
-        level = mdm_level(self, mask.float().mean(1))
-        out = []
-        for sl in row_chunks(len(rows), L * self.vocab_size, rows.device):
-            logits = self(x_t[sl], None if level is None else level[sl])
-            out.append(logits[torch.arange(logits.shape[0]), target[sl]])
-        return torch.cat(out).view(B, b - a, -1)
+        """Logits [B, b-a, V]: span position i predicted with x_{i..b-1} masked, the rows of every
+        position and sequence batched into bounded forwards (models.likelihood.masked_prefix_logits)."""
+        return masked_prefix_logits(self, tokens, a, b)
 
     def default_sampler(self) -> str:
         """SEDD's analytic sampler for a `sedd` model, MDLM's ancestral one otherwise."""

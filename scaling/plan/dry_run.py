@@ -14,7 +14,10 @@ import os
 from dataclasses import dataclass
 
 
+from jobs.data.suites import EvalSuite
 from jobs.train.preflight import USABLE_FRACTION, memory_formula, plan_micro_batch
+from models.families import FAMILIES
+from models.likelihood import ESTIMATORS
 from models.ladder import core_params, get_shape
 
 from scaling.study.accounting import VOCAB_SIZES, family_accounting, vocab_of  # noqa: F401 (re-exported)
@@ -54,6 +57,7 @@ class PlanRow:
     params_family: int = 0
     role: str = "compared"
     axes: str = ""  # the run's compute budget and swept values (scaling.study.sweep), e.g. "C=1e+12 lr=0.003"
+    eval_flops: float = 0.0  # its evaluation suite's forward FLOPs (eval_flops)
 
 
 def axes_label(spec) -> str:
@@ -75,8 +79,65 @@ def plan_rows(study: StudySpec) -> list[PlanRow]:
         flops = per_token * charged_tokens(spec)
         rows.append(PlanRow(spec.run_id, spec.family, spec.variant, spec.size, spec.seed, core_params(shape),
                             spec.tokens, flops, spec.steps, network_name(spec.options), spec.ema, own, spec.role,
-                            axes_label(spec)))
+                            axes_label(spec), eval_flops(spec, per_token)))
     return rows
+
+
+# The zero-shot sets' tokens before chunking, per tokenizer: the data kit's files (the sets
+# jobs.data.datasets reads), measured with load_eval_set(name, enc, 1024) as n_tokens + dropped_tokens.
+# A set not listed (shakespeare) counts as none.
+ZERO_SHOT_TOKENS = {"gpt2": {"wikitext2": 271_924, "ptb": 101_873, "lm1b": 178_482},
+                    "bytes": {"wikitext2": 1_240_786, "ptb": 442_423, "lm1b": 829_491}}
+# LAMBADA (5,153 items, load_lambada on the data kit): forward tokens of one pass per item
+# (sum of context + target tokens) and of one pass per target token (an encoder's exact scoring)
+LAMBADA_TOKENS = {"gpt2": (430_230, 550_301), "bytes": (1_688_837, 11_326_251)}
+FORWARD_SHARE = 1 / 3  # a forward pass's share of a training step's FLOPs (forward + backward = 3 forwards)
+
+
+def _windows(suite, seq_len: int, tokenizer: str) -> list[int]:
+    """Windows of each dataset the suite scores: its validation (and test) windows, then each
+    zero-shot set's chunks (all of them, or zero_shot_chunks)."""
+    out = [suite.val_chunks] * (2 if suite.test_split else 1)
+    for name in suite.zero_shot:
+        chunks = ZERO_SHOT_TOKENS.get(tokenizer, ZERO_SHOT_TOKENS["gpt2"]).get(name, 0) // seq_len
+        out.append(chunks if suite.zero_shot_chunks is None else min(chunks, suite.zero_shot_chunks))
+    return out
+
+
+def eval_forward_tokens(spec) -> float:
+    """Tokens its evaluation suite runs through the model (each weights kind: EMA and raw for an
+    EMA run). Per window of L tokens: exact L2R L (a decoder's one causal pass) or L x L (a family
+    scored by an ELBO is an encoder: one masked pass per token, batched but not fewer); perm_mc
+    k_mc x L; elbo estimators x k_mc x L; the ensemble n_targets x m_max x L/2 on its windows (a
+    slot's prefix, L/2 on average); infilling one pass, or span passes for an encoder, per chunk of
+    one set; LAMBADA as LAMBADA_TOKENS; generation (first weights) samples x steps x L for an
+    encoder, samples x L for a decoder (cached), plus samples x L per step count for the judge's
+    score (counted at this model's FLOPs per token)."""
+    suite, L = EvalSuite.parse(spec.eval_suite).suite, spec.seq_len
+    metrics = FAMILIES[spec.family].SPEC.metrics
+    encoder = "elbo" in metrics
+    windows = _windows(suite, L, spec.tokenizer)
+    estimators = len(ESTIMATORS) + (spec.options.get("loss") == "sedd")
+    per_window = (L * L if encoder else L) + suite.k_mc * L * (("perm_mc" in metrics) + estimators * encoder)
+    tokens = sum(windows) * per_window
+    if "ctx_ensemble" in metrics:
+        tokens += min(suite.ensemble_chunks, windows[0]) * suite.n_targets * suite.m_max * L / 2
+    if suite.infill_span:
+        tokens += windows[1 if len(windows) > 1 else 0] * L * (suite.infill_span if encoder else 1)
+    if suite.lambada:
+        tokens += LAMBADA_TOKENS.get(spec.tokenizer, LAMBADA_TOKENS["gpt2"])[encoder]
+    kinds = 2 if spec.ema > 0 else 1
+    generation = 0.0
+    if suite.generate:
+        passes = (sum(suite.gen_steps) if encoder else len(suite.gen_steps)) + len(suite.gen_steps)  # + the judge
+        generation = suite.gen_samples * suite.gen_repeats * len(suite.gen_sampling) * L * passes
+    return kinds * tokens + generation
+
+
+def eval_flops(spec, train_flops_per_token: float) -> float:
+    """Evaluation FLOPs of a run: its suite's forward tokens x a forward pass's FLOPs per token
+    (FORWARD_SHARE of the family's training FLOPs per token, the convention of `flops`)."""
+    return eval_forward_tokens(spec) * train_flops_per_token * FORWARD_SHARE
 
 
 def charged_tokens(spec) -> int:
@@ -109,14 +170,29 @@ def human(n: float) -> str:
 
 COLUMNS = ("run_id", "family", "variant", "network", "ema", "size", "seed", "params", "params_family",
            "tokens", "flops", "steps")
+EVAL_COLUMNS = ("eval_flops", "eval_gpu_h")  # evaluation's cost per run (eval_flops), after COLUMNS
+
+
+def eval_cells(row: PlanRow) -> tuple[str, str]:
+    """A row's EVAL_COLUMNS: its evaluation FLOPs and the GPU-hours they add (`gpu_hours`)."""
+    return f"{row.eval_flops:.2e}", f"{gpu_hours(row.eval_flops):.3g}"
+
+
+def eval_total_line(study: StudySpec, rows: list[PlanRow]) -> str:
+    """The totals line of the evaluation's cost."""
+    total = sum(r.eval_flops for r in rows)
+    suites = sorted({c.spec.eval_suite for c in study.cells})
+    return (f"evaluation ({', '.join(suites)} suite): {total:.3e} forward FLOPs, {gpu_hours(total):.3g} GPU-hours "
+            f"more at the same MFU (every rank scores its share: jobs.eval.shard)")
 
 
 def format_plan(study: StudySpec, rows: list[PlanRow], cores: int, has_gpu: bool) -> str:
     """The dry-run text: header, table, totals, GPU-hours and (without GPUs) the CPU estimate."""
-    columns = COLUMNS + (("axes",) if any(r.axes for r in rows) else ())
+    columns = COLUMNS + EVAL_COLUMNS + (("axes",) if any(r.axes for r in rows) else ())
     table = [columns] + [(r.run_id, r.family, r.variant if r.role == "compared" else f"({r.role})", r.network,
                           f"{r.ema:g}", r.size, str(r.seed), human(r.params), human(r.params_family),
-                          human(r.tokens), f"{r.flops:.2e}", str(r.steps), r.axes)[:len(columns)] for r in rows]
+                          human(r.tokens), f"{r.flops:.2e}", str(r.steps), *eval_cells(r), r.axes)[:len(columns)]
+                         for r in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
     lines = [f"study {study.name} (hash {study.study_hash}): {len(rows)} runs"]
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in table]
@@ -125,6 +201,7 @@ def format_plan(study: StudySpec, rows: list[PlanRow], cores: int, has_gpu: bool
                  f"{total_flops:.3e} training FLOPs, {sum(r.steps for r in rows)} steps")
     lines.append(f"estimate: {gpu_hours(total_flops):.3g} GPU-hours on {GPU_NAME} "
                  f"({H100_BF16_DENSE_FLOPS / 1e12:.0f} TFLOP/s peak) at {DEFAULT_MFU:.0%} MFU")
+    lines.append(eval_total_line(study, rows))
     if not has_gpu:
         lines.append(f"estimate here: {cpu_hours(total_flops, cores):.3g} hours on {cores} CPU cores "
                      f"at {CPU_FLOPS_PER_CORE / 1e9:.0f} GFLOP/s per core")
