@@ -89,7 +89,7 @@ class TorchEngine:
         self.model = model.to(self.device)
         self.bf16 = use_bf16(spec, self.device)
         if use_compile(spec, self.device):
-            model.core.compile_stack()
+            model.core.compile_stack(device=self.device)
         self.optimizer = make_optimizer(model, spec)
         self.grad_clip = spec.grad_clip
         self.n_micro_total = spec.batch_size // spec.micro_batch
@@ -232,7 +232,7 @@ class DeepSpeedEngine:
             torch.cuda.set_device(self.device)
         self.bf16, self.stage = use_bf16(spec, self.device), spec.zero_stage
         if use_compile(spec, self.device) and self.stage < 3:  # ZeRO-3's gather hooks stay eager
-            model.core.compile_stack()
+            model.core.compile_stack(device=self.device)
         self.config = config = deepspeed_config(spec, self.world_size, self.bf16)
         wrapper = _LossModule(model)
         self.optimizer = make_optimizer(model, spec)

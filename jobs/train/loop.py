@@ -300,6 +300,10 @@ def loop(run: Run, stop_after: int | None, callbacks: Sequence[Callable[[Run], N
     while run.step < spec.steps:
         loss, grad_norm = train_step(run)
         run.step += 1
+        if run.numerics is not None and run.numerics.compiled and not engine.model.core.compiled:  # fell back
+            run.numerics = numerics.current(engine.model, engine.device, engine.bf16, False)
+            if run.rank0:
+                numerics.fell_back(run.run_dir, run.step, run.numerics)
         if not math.isfinite(loss):
             log_train(run, loss, grad_norm, progress)
             return fail(run, f"loss is {loss} at step {run.step} (lr {lr_at(run.step - 1, spec):.3g})")
