@@ -42,7 +42,8 @@ from jobs.run.lock import holding
 from jobs.run.spec import RunSpec
 from jobs.train.cli import build_parser, spec_from_args
 from jobs.train import wsd_branch
-from jobs.run.tracking import Progress, Tracker, measure_peak_flops, write_manifest
+from jobs.run.peaks import FLOP_CONVENTION
+from jobs.run.tracking import Progress, Tracker, peak_flops, write_manifest
 from models.ema import EMA
 
 _STOP = threading.Event()
@@ -151,6 +152,7 @@ def setup(run_dir: Path, spec: RunSpec) -> Run:
         numerics.check_resume(run_dir, spec.run_id, max(checkpoint_steps(run_dir), default=0), path)
     if engine.device.type == "cpu":
         keep_freed_memory()  # activations are allocated again every step: no page faults for them
+    peak, peak_source = peak_flops(engine.device, dtype)  # MFU's denominator (jobs.run.peaks)
     if engine.rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
         ckpt.remove_staging(run_dir)  # what a killed process left half-written
@@ -158,11 +160,12 @@ def setup(run_dir: Path, spec: RunSpec) -> Run:
         write_manifest(run_dir, spec, {"engine": engine.name, "world_size": engine.world_size,
                                        "engine_config": engine.config,
                                        "dtype": str(dtype), "n_params": counts, "numerics": path.label,
-                                       "flops_per_token": flops_per_token, **_data_hashes(spec)})
+                                       "flops_per_token": flops_per_token, "flop_convention": FLOP_CONVENTION,
+                                       "peak_flops": peak, "peak_source": peak_source, **_data_hashes(spec)})
     generator = torch.Generator(device=engine.device).manual_seed(spec.seed)
     return Run(run_dir, spec, engine, batches, val_tokens, _make_ema(model, engine, spec.ema),
                generator, Tracker(run_dir, spec, engine.rank), flops_per_token,
-               measure_peak_flops(engine.device, dtype), numerics=path)
+               peak, numerics=path)
 
 
 def save(run: Run) -> None:
