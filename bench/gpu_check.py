@@ -6,8 +6,8 @@
 Rows (each measured after warm-up steps, synchronised, median of the timed steps):
   train   MFU of AR and AO-GPT(adaLN) steps through the torch engine, eager and with the core
           compiled (`RunSpec.compile`), and of AR under DeepSpeed ZeRO-2 in one process. MFU =
-          flops_per_token x tokens/s over this device's matmul peak measured in this run in the
-          same dtype (jobs.run.tracking.measure_peak_flops). Target at 125M on a GPU: >= 40 %.
+          flops_per_token x tokens/s over the peak runs log MFU against (jobs.run.tracking.peak_flops:
+          the GPU's datasheet dense peak, or the measured matmul peak on CPU). Target at 125M: >= 40 %.
   eval    tokens scored per second: AR nll_l2r, AO-GPT nll_anyorder (one permutation per row),
           MDM nll_elbo (one kdce draw per row), with the run's placement (jobs.run.device).
   gen     seconds for one batch of full generation at n = T: AR and AO-GPT with a KV cache (one
@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from jobs.run.device import placement  # noqa: E402
 from jobs.train.engines import make_engine  # noqa: E402
 from jobs.run.spec import RunSpec  # noqa: E402
-from jobs.run.tracking import measure_peak_flops  # noqa: E402
+from jobs.run.tracking import peak_flops  # noqa: E402
 from models import build_model  # noqa: E402
 from models import likelihood as lk  # noqa: E402
 from models import sampling as sm  # noqa: E402
@@ -97,7 +97,7 @@ def train_mfu(scale: Scale, family: str, compile_setting: str, engine: str = "to
 
     times = [_timed(step, run.device) for _ in range(scale.warmup + scale.steps)][scale.warmup:]
     dtype = torch.bfloat16 if run.bf16 else torch.float32
-    peak = measure_peak_flops(run.device, dtype)
+    peak, _ = peak_flops(run.device, dtype)
     run.close()
     compiled = model.core._compiled is not None and model.core._compiled.active
     return flops_per_token * scale.batch * scale.seq_len / statistics.median(times) / peak, compiled

@@ -225,8 +225,10 @@ class Transformer(nn.Module):
 
     @property
     def compiled(self) -> bool:
-        """Whether `compile_stack()` put the block stack through torch.compile."""
-        return self._compiled is not None
+        """Whether uncached passes go through torch.compile: `compile_stack()` was called, the
+        compiler could build here, and no compiled call has failed (after one, the eager stack runs
+        and this is False: records name the path that ran)."""
+        return self._compiled is not None and self._compiled.active
 
     def modulation_tables(self, cond: torch.Tensor) -> list[torch.Tensor]:
         """adaLN projections of raw conditioning rows [..., c]: per block a chunk-major [6, ..., d]
@@ -247,10 +249,20 @@ class Transformer(nn.Module):
         finally:
             self._decoder = None
 
-    def compile_stack(self, compiler: Callable = torch.compile) -> None:
+    def compile_stack(self, compiler: Callable = torch.compile, device: torch.device | None = None) -> None:
         """Run the block stack of uncached passes (training, evaluation) through `compiler`
-        (torch.compile); KV-cached decoding stays eager (its shapes change every step). Should a
-        compiled call fail, a warning says so and the eager stack runs from then on."""
+        (torch.compile); KV-cached decoding stays eager (its shapes change every step). Where the
+        default compiler cannot build kernels for `device` (the weights' by default: see
+        `compile_problem`), a warning says so and the stack stays eager from the start; should a
+        compiled call fail later, the same, from then on. `compiled` says which ran."""
+        if compiler is torch.compile:
+            where = device if device is not None else next(self.parameters()).device
+            problem = compile_problem(torch.device(where))
+            if problem is not None:
+                warnings.warn(f"aoscale: torch.compile cannot build here ({problem}); running the eager core "
+                              "(same maths, slower)", RuntimeWarning, stacklevel=2)
+                self._compiled = None
+                return
         self._compiled = _CompiledOrEager(self._stack, compiler)
 
     def forward(self, x, *, cond=None, cond_index=None, tables=None, adds=None, attn_mask=None,
@@ -301,6 +313,25 @@ class Transformer(nn.Module):
             return self.norm(x)
         shift, scale = rows[-2:]
         return mul_add(shift, self.norm(x), scale)
+
+
+def compile_problem(device: torch.device) -> str | None:
+    """Why torch.compile's default backend (inductor) cannot build kernels for `device` here, by
+    inductor's own checks: a working C++ compiler (`torch._inductor.cpp_builder.get_cpp_compiler`:
+    `CXX` or the compilers it searches) on the CPU, Triton on a GPU; None when it can (a failure
+    those checks miss still falls back at the first compiled call: `_CompiledOrEager`)."""
+    try:
+        if device.type == "cuda":
+            from torch.utils._triton import has_triton  # noqa: PLC0415 - only when compiling for a GPU
+
+            return None if has_triton() else "Triton is not installed"
+        from torch._inductor import cpp_builder  # noqa: PLC0415 - seconds to import; only when compiling
+
+        cpp_builder.get_cpp_compiler()
+    except Exception as error:  # noqa: BLE001 - inductor's check raises its own types
+        first = next((line for line in str(error).splitlines() if line.strip()), "")
+        return f"{type(error).__name__}: {first}"[:200]
+    return None
 
 
 class _CompiledOrEager:

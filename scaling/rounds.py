@@ -1,5 +1,6 @@
-"""`python -m scaling.rounds STUDY [--dry-run] [--max-rounds N] [--backend local|slurm|ray ...]`: a frontier
-study in rounds (issue 35). After a study is launched (`scaling.launch --preset frontier`, round 0), each
+"""`python -m scaling.rounds STUDY [--dry-run] [--max-rounds N] [--backend ...]`: a frontier study in rounds.
+
+After a study is launched (`scaling.launch --preset frontier`, round 0; issue 35), each
 round asks `analysis.compare.frontier_plan` what the study still lacks (bracketed minima, overlapping
 frontiers, lr tuned near each minimum, seeds, budgets), trains it, and asks again, until every
 criterion holds or `--max-rounds` rounds are recorded.

@@ -27,7 +27,7 @@ import torch
 
 from cli import InputError, numerics_ids
 from cli.environment import ALLOW_NUMERICS_CHANGE, numerics_change_allowed
-from jobs.run.files import atomic_write_json
+from jobs.run.files import MANIFEST_FILE, atomic_write_json, read_json
 from models import kernels
 
 NUMERICS_FILE = "numerics.json"
@@ -162,6 +162,15 @@ def record_segment(run_dir: Path, step: int, path: NumericsPath) -> None:
         atomic_write_json(run_dir / NUMERICS_FILE, {"segments": segments})
 
 
+def fell_back(run_dir: Path, step: int, eager: NumericsPath) -> None:
+    """A compiled call fell back to the eager core during step `step` (models.core): the steps
+    from there on ran on `eager`, which numerics.json and the manifest's `numerics` now name."""
+    record_segment(run_dir, step - 1, eager)
+    manifest = read_json(run_dir / MANIFEST_FILE, default=None)
+    if isinstance(manifest, dict):
+        atomic_write_json(run_dir / MANIFEST_FILE, {**manifest, "numerics": eager.label})
+
+
 def training_column(run_dir: str | Path) -> str | None:
     """The `numerics` record column: the training path's id, the ids of its segments' paths
     joined by "+" where a resume changed path, or None for a run from before numerics.json."""
@@ -172,5 +181,6 @@ def training_column(run_dir: str | Path) -> str | None:
 def record_columns(run_dir: str | Path, model: torch.nn.Module, place) -> dict[str, str | None]:
     """The record columns of a pass of `model` placed by `place` (a jobs.run.device.Placement):
     `numerics`, the run's training path(s) (`training_column`), and `eval_numerics`, this pass's."""
-    here = current(model, place.device, place.bf16, place.compile)
+    compiled = place.compile and bool(getattr(getattr(model, "core", None), "compiled", False))  # not if it fell back
+    here = current(model, place.device, place.bf16, compiled)
     return {"numerics": training_column(run_dir), "eval_numerics": here.id}

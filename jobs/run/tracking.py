@@ -32,6 +32,7 @@ from urllib.parse import urlparse
 
 import torch
 
+from jobs.run.peaks import datasheet_flops
 from jobs.run.files import MANIFEST_FILE, append_metrics, atomic_write_json, read_status, write_status
 from jobs.run.spec import RunSpec
 from cli import environment, rules
@@ -287,6 +288,19 @@ class Progress:
 _PEAK_CACHE: dict[tuple[str, str, int], float] = {}
 PEAK_MATMUL_N = {"cpu": 1024, "cuda": 8192}  # square matmul sizes big enough to reach peak
 PEAK_MEASURE_S = 0.5  # wall time spent per measurement
+
+
+def peak_flops(device: torch.device, dtype: torch.dtype) -> tuple[float, str]:
+    """(FLOP/s, source) that this process's MFU divides by (jobs.run.peaks): the datasheet's dense
+    peak of this GPU in the run's precision; on the CPU or an unlisted GPU the measured matmul
+    peak (`measure_peak_flops`), its source starting `measured:`."""
+    if device.type == "cuda" and torch.cuda.is_available():
+        found = datasheet_flops(torch.cuda.get_device_name(device), dtype == torch.bfloat16)
+        if found is not None:
+            return found
+    n = PEAK_MATMUL_N[device.type]
+    return measure_peak_flops(device, dtype), (f"measured: {device.type} {str(dtype).removeprefix('torch.')} "
+                                               f"{n}x{n} matmul, {torch.get_num_threads()} threads")
 
 
 def measure_peak_flops(device: torch.device, dtype: torch.dtype) -> float:

@@ -92,7 +92,7 @@ class TorchEngine:
         self.model = model.to(self.device)
         self.bf16 = use_bf16(spec, self.device)
         if use_compile(spec, self.device):
-            model.core.compile_stack()
+            model.core.compile_stack(device=self.device)
         self.optimizer = make_optimizer(model, spec)
         self.grad_clip = spec.grad_clip
         self.micro, self.n_micro_total, self.planned_bytes = plan_micro_batch(spec, 1, device_bytes(self.device))
@@ -243,7 +243,7 @@ class DeepSpeedEngine:
             torch.cuda.set_device(self.device)
         self.bf16, self.stage = use_bf16(spec, self.device), spec.zero_stage
         if use_compile(spec, self.device) and self.stage < 3:  # ZeRO-3's gather hooks stay eager
-            model.core.compile_stack()
+            model.core.compile_stack(device=self.device)
         self.micro, accumulation, self.planned_bytes = plan_micro_batch(spec, self.world_size,
                                                                         device_bytes(self.device))
         self.config = config = deepspeed_config(spec, self.world_size, self.bf16, self.micro)

@@ -42,7 +42,8 @@ from jobs.run.lock import holding
 from jobs.run.spec import RunSpec
 from jobs.train.cli import build_parser, spec_from_args
 from jobs.train import portable, wsd_branch
-from jobs.run.tracking import Progress, Tracker, measure_peak_flops, write_manifest
+from jobs.run.peaks import FLOP_CONVENTION
+from jobs.run.tracking import Progress, Tracker, peak_flops, write_manifest
 from models.ema import EMA
 
 _STOP = threading.Event()
@@ -189,6 +190,7 @@ def setup(run_dir: Path, spec: RunSpec) -> Run:
         numerics.check_resume(run_dir, spec.run_id, max(checkpoint_steps(run_dir), default=0), path)
     if engine.device.type == "cpu":
         keep_freed_memory()  # activations are allocated again every step: no page faults for them
+    peak, peak_source = peak_flops(engine.device, dtype)  # MFU's denominator (jobs.run.peaks)
     if engine.rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
         ckpt.remove_staging(run_dir)  # what a killed process left half-written
@@ -197,11 +199,12 @@ def setup(run_dir: Path, spec: RunSpec) -> Run:
                                        "engine_config": engine.config, **_micro_record(engine),
                                        "planned_bytes_per_rank": engine.planned_bytes,
                                        "dtype": str(dtype), "n_params": counts, "numerics": path.label,
-                                       "flops_per_token": flops_per_token, **_data_hashes(spec)})
+                                       "flops_per_token": flops_per_token, "flop_convention": FLOP_CONVENTION,
+                                       "peak_flops": peak, "peak_source": peak_source, **_data_hashes(spec)})
     generator = torch.Generator(device=engine.device).manual_seed(spec.seed)
     run = Run(run_dir, spec, engine, batches, val_tokens, _make_ema(model, engine, spec.ema),
               generator, Tracker(run_dir, spec, engine.rank), flops_per_token,
-              measure_peak_flops(engine.device, dtype), numerics=path)
+              peak, numerics=path)
     if regrouped:
         run.warn(f"run {spec.run_id}: {regrouped}")
     return run
@@ -387,6 +390,10 @@ def loop(run: Run, stop_after: int | None, callbacks: Sequence[Callable[[Run], N
     while run.step < spec.steps:
         loss, grad_norm = train_step(run)
         run.step += 1
+        if run.numerics is not None and run.numerics.compiled and not engine.model.core.compiled:  # fell back
+            run.numerics = numerics.current(engine.model, engine.device, engine.bf16, False)
+            if run.rank0:
+                numerics.fell_back(run.run_dir, run.step, run.numerics)
         if not math.isfinite(loss):
             log_train(run, loss, grad_norm, progress)
             return fail(run, f"loss is {loss} at step {run.step} (lr {lr_at(run.step - 1, spec):.3g})")

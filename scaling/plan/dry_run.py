@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 
 from jobs.data.suites import EvalSuite
+from jobs.run.peaks import PLANNING_GPU, planning_peak
 from jobs.train.preflight import USABLE_FRACTION, memory_formula, plan_micro_batch
 from models.families import FAMILIES
 from models.likelihood import ESTIMATORS
@@ -25,9 +26,11 @@ from scaling.study.arms import network_name
 from scaling.study.study_spec import StudySpec
 from scaling.study.sweep import SWEEP_PREFIX
 
-H100_BF16_DENSE_FLOPS = 989e12  # NVIDIA H100 SXM datasheet: dense BF16 tensor-core peak, FLOP/s
+# The planning GPU's datasheet dense bf16 peak (989e12 FLOP/s): jobs.run.peaks, the same peak a run on
+# that GPU divides its logged `mfu` by, with the same FLOP count (jobs.run.peaks.FLOP_CONVENTION).
+H100_BF16_DENSE_FLOPS, PEAK_SOURCE = planning_peak()
 DEFAULT_MFU = 0.40  # a well-tuned dense transformer's model FLOPs utilisation (PaLM reports 46 %)
-GPU_NAME = "H100 SXM bf16"
+GPU_NAME = f"{PLANNING_GPU} bf16"
 # Effective fp32 training throughput of one thread at CPU-study widths: 11 GFLOP/s at 2/48/2,
 # 18 at 0.3M, 19.5 at 1M (seq 32 x batch 32, reference/tune_quickstart.py speed table; small matmuls
 # run far below the ~175 GFLOP/s matmul peak). At 20 GFLOP/s the estimate is short for the tiniest
@@ -200,7 +203,8 @@ def format_plan(study: StudySpec, rows: list[PlanRow], cores: int, has_gpu: bool
     lines.append(f"total: {len(rows)} runs, {human(sum(r.tokens for r in rows))} tokens, "
                  f"{total_flops:.3e} training FLOPs, {sum(r.steps for r in rows)} steps")
     lines.append(f"estimate: {gpu_hours(total_flops):.3g} GPU-hours on {GPU_NAME} "
-                 f"({H100_BF16_DENSE_FLOPS / 1e12:.0f} TFLOP/s peak) at {DEFAULT_MFU:.0%} MFU")
+                 f"({H100_BF16_DENSE_FLOPS / 1e12:.0f} TFLOP/s peak, {PEAK_SOURCE}) at {DEFAULT_MFU:.0%} MFU "
+                 "(the mfu runs log: same peak and FLOP count)")
     lines.append(eval_total_line(study, rows))
     if not has_gpu:
         lines.append(f"estimate here: {cpu_hours(total_flops, cores):.3g} hours on {cores} CPU cores "

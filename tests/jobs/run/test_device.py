@@ -72,12 +72,14 @@ def test_a_failing_compiler_warns_once_and_the_eager_core_runs():
     tokens = torch.randint(0, 11, (4, 16), generator=torch.Generator().manual_seed(0))
     eager_loss = model.loss(tokens, torch.Generator().manual_seed(1))
     model.core.compile_stack(broken)
+    assert model.core.compiled  # until a compiled call fails
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         losses = [model.loss(tokens, torch.Generator().manual_seed(1)) for _ in range(2)]
     assert [str(w.message) for w in caught if "torch.compile failed" in str(w.message)] != []
     assert sum("torch.compile failed" in str(w.message) for w in caught) == 1
     assert not model.core._compiled.active and all(torch.equal(loss, eager_loss) for loss in losses)
+    assert not model.core.compiled  # what the records read (jobs.run.numerics): the eager core ran
 
 
 def test_cpu_compile_auto_follows_the_measured_break_even_rule():
