@@ -265,6 +265,10 @@ class Transformer(nn.Module):
                 return
         self._compiled = _CompiledOrEager(self._stack, compiler)
 
+    def stay_eager(self) -> None:
+        """Undo `compile_stack()`: uncached passes run the eager stack (`compiled` is False)."""
+        self._compiled = None
+
     def forward(self, x, *, cond=None, cond_index=None, tables=None, adds=None, attn_mask=None,
                 is_causal=False, cache=None, positions=None):
         """x: [B, T, d]; cond: raw conditioning (SiLU applied here), either per token [B, T|1, c]

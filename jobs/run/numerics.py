@@ -162,6 +162,15 @@ def record_segment(run_dir: Path, step: int, path: NumericsPath) -> None:
         atomic_write_json(run_dir / NUMERICS_FILE, {"segments": segments})
 
 
+def ran_eager(run_dir: Path, step: int, path: NumericsPath) -> bool:
+    """Whether the training a resume at `step` continues ran eager on `path`'s machine, where this
+    process would compile (a compile that fell back: `fell_back`); the resume then stays eager."""
+    before = _trained_before(run_dir, step)
+    last = before[-1]["path"] if before else {}
+    return bool(before) and not last.get("compiled", True) and {**last, "kernels": None, "compiled": True} == {
+        **asdict(path), "kernels": None}
+
+
 def fell_back(run_dir: Path, step: int, eager: NumericsPath) -> None:
     """A compiled call fell back to the eager core during step `step` (models.core): the steps
     from there on ran on `eager`, which numerics.json and the manifest's `numerics` now name."""

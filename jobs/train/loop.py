@@ -186,6 +186,9 @@ def setup(run_dir: Path, spec: RunSpec) -> Run:
         raise InputError(str(error)) from None
     dtype = torch.bfloat16 if engine.bf16 else torch.float32
     path = numerics.current(model, engine.device, engine.bf16, model.core.compiled)
+    if path.compiled and numerics.ran_eager(run_dir, max(checkpoint_steps(run_dir), default=0), path):
+        model.core.stay_eager()  # its compile fell back before: the resume stays on the eager path it trained on
+        path = numerics.current(model, engine.device, engine.bf16, False)
     if engine.rank == 0:  # before anything is written: a resume on another path is refused
         numerics.check_resume(run_dir, spec.run_id, max(checkpoint_steps(run_dir), default=0), path)
     if engine.device.type == "cpu":

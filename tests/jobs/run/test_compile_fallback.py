@@ -25,13 +25,15 @@ exit 1
 """
 
 
-def _train(tmp_path: Path, name: str, cxx: str) -> tuple[subprocess.Popen, Path]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "CXX": cxx, "OMP_NUM_THREADS": "1",
+def _train(tmp_path: Path, name: str, cxx: str | None, *flags: str) -> tuple[subprocess.Popen, Path]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / f"inductor-{name}"),  # no kernel built elsewhere is reused
            "AOSCALE_CACHE": str(tmp_path / "cache")}
+    env.pop("CXX", None)
+    env.update({"CXX": cxx} if cxx else {})
     run_dir = tmp_path / name
-    proc = subprocess.Popen([sys.executable, *TRAIN, "--run-dir", str(run_dir)], env=env, cwd=REPO, text=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, *TRAIN, "--run-dir", str(run_dir), *flags], env=env, cwd=REPO,
+                            text=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     return proc, run_dir
 
 
@@ -54,19 +56,29 @@ def test_the_compiler_check_names_a_missing_cxx(monkeypatch):
 
 @pytest.mark.slow
 def test_a_compile_that_cannot_build_or_fails_trains_eager_and_records_eager(tmp_path, data_kit):
+    """A missing compiler is found before training (eager from the start); a broken one (it passes
+    inductor's `--version` check, then fails every build) at the first compiled call. The broken run
+    stops at step 2 and resumes where the compiler works: it stays on the eager path it trained on
+    (one segment, no refusal, no compile)."""
     broken = tmp_path / "broken-g++"
     broken.write_text(BROKEN_CXX)
     broken.chmod(0o755)
-    runs = {"missing": _train(tmp_path, "missing", "/nonexistent/g++"), "broken": _train(tmp_path, "broken", str(broken))}
-    errs = {}
-    for name, (proc, run_dir) in runs.items():
-        _, errs[name] = proc.communicate(timeout=600)
-        assert proc.returncode == 0, (name, errs[name][-3000:])
+    halves = ("--steps", "4", "--checkpoint-every", "2")
+    runs = {"missing": _train(tmp_path, "missing", "/nonexistent/g++"),
+            "broken": _train(tmp_path, "broken", str(broken), *halves, "--max-steps-this-call", "2")}
+    errs = {name: proc.communicate(timeout=600)[1] for name, (proc, _) in runs.items()}
+    codes = {name: proc.returncode for name, (proc, _) in runs.items()}
+    assert codes == {"missing": 0, "broken": 3}, {n: e[-3000:] for n, e in errs.items()}  # 3: preempted
+    assert "torch.compile cannot build here (InvalidCxxCompiler" in errs["missing"], errs["missing"][-2000:]
+    assert "torch.compile failed" in errs["broken"], errs["broken"][-2000:]
+    assert json.loads((runs["broken"][1] / "status.json").read_text())["state"] == "preempted"
+    resumed, _ = _train(tmp_path, "broken", None, *halves)  # this process's compiler works
+    err = resumed.communicate(timeout=600)[1]
+    assert resumed.returncode == 0, err[-3000:]
+    assert "torch.compile" not in err, err[-2000:]
+    for name, (_, run_dir) in runs.items():
         assert json.loads((run_dir / "status.json").read_text())["state"] == "done"
         manifest, segments = _records(run_dir)
         assert not manifest["numerics"].endswith("compiled"), (name, manifest["numerics"])
         assert [(s["from_step"], s["path"]["compiled"]) for s in segments] == [(0, False)], (name, segments)
-    # the missing compiler is found before training (eager from the start), the broken one at its first call
-    assert "torch.compile cannot build here (InvalidCxxCompiler" in errs["missing"], errs["missing"][-2000:]
-    assert "torch.compile failed" in errs["broken"], errs["broken"][-2000:]
     assert _records(runs["missing"][1])[0]["numerics"] == _records(runs["broken"][1])[0]["numerics"]
