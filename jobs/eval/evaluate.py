@@ -11,10 +11,16 @@ module under models/families); this module computes each group (METRIC_ROWS):
                  plus nll_elbo_mdlm and nll_elbo_kdce (both estimators, K draws each)
   paper suite    + lambada_acc, infill_nll / infill_em (estimator: the family's declared
                  `infill_context`, prefix_only or prefix_suffix), generation (jobs.eval.generate)
-All randomness derives from `--seed` (default EVAL_SEED) and the (dataset, metric) name, so a
-rerun writes the same rows. The validation windows are spread uniformly over the whole split and
-are the same for every run of a study; each record's value is the mean of per-window values, kept
-in `run_dir/eval_windows.parquet`, and its `se` their standard error (jobs.eval.windows).
+All randomness derives from `--seed` (default EVAL_SEED), the (dataset, metric) name and the
+batch's index, so a rerun writes the same rows, on any number of ranks. The validation windows
+are spread uniformly over the whole split and are the same for every run of a study; each
+record's value is the mean of per-window values, kept in `run_dir/eval_windows.parquet`, and its
+`se` their standard error (jobs.eval.windows).
+Under WORLD_SIZE > 1 every rank evaluates: each set's batches are shared out over the ranks and
+gathered in order (jobs.eval.shard; each batch draws from its own generator), and rank 0 writes
+the records, equal to one rank's. An evaluation is a list of sets (`eval_sets`) whose finished
+rows wait in `eval_progress/` (jobs.eval.progress): a stop between sets (`Stopped`, exit 3) loses
+none of them, and the rerun scores only the rest.
 CLI: `python -m jobs.eval.evaluate --run-dir DIR [--eval-suite quick|paper|SUITE:SET,SET]` (alias `--suite`).
 """
 from __future__ import annotations

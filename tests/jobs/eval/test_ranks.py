@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from jobs.eval import evaluate as ev
+from jobs.eval.shard import Shard
 from jobs.eval.windows import WINDOWS_FILE
 from jobs.run.spec import RunSpec
 from jobs.train.loop import train
@@ -58,16 +59,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _evaluate_on_ranks(run_dirs: list[Path], n_ranks: int, suite: str, kwargs: dict) -> list[str]:
-    """Run the worker on `n_ranks` processes (gloo); each one's stdout."""
+def _evaluate_on_ranks(run_dirs: list[Path], n_ranks: int, suite: str, kwargs: dict | None) -> list[str]:
+    """Run the worker on `n_ranks` processes (gloo); each one's stdout (`suite` pipeline: the run's
+    pipeline, train then evaluate)."""
     port = str(_free_port())
     procs = []
     for rank in range(n_ranks):
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(n_ranks), "LOCAL_RANK": str(rank),
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "OMP_NUM_THREADS": "1",
                "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        procs.append(subprocess.Popen([sys.executable, "-m", WORKER, suite, json.dumps(kwargs),
-                                       *map(str, run_dirs)], cwd=REPO, env=env, text=True,
+        args = [] if kwargs is None else [json.dumps(kwargs)]
+        procs.append(subprocess.Popen([sys.executable, "-m", WORKER, suite, *args, *map(str, run_dirs)],
+                                      cwd=REPO, env=env, text=True,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE))
     outs = [p.communicate(timeout=600) for p in procs]
     for p, (_, err) in zip(procs, outs):
@@ -116,3 +119,32 @@ def test_an_evaluation_compiles_once_for_both_weights(trained, tmp_path, monkeyp
     monkeypatch.setattr(ev, "placement", lambda spec: ev.Placement(torch.device("cpu"), False, 8, True))
     frame = ev.evaluate(run_dir, "quick", val_chunks=2, zero_shot=())
     assert len(calls) == 1 and set(frame["weights"].drop_nulls()) == {"ema", "raw"}
+
+
+def test_each_batch_goes_to_one_rank_round_robin():
+    shards = [Shard(rank, 3) for rank in range(3)]
+    assert [list(s.mine(7)) for s in shards] == [[0, 3, 6], [1, 4], [2, 5]]
+    assert Shard().map(3, lambda i: torch.tensor([i])) == [torch.tensor([0]), torch.tensor([1]), torch.tensor([2])]
+    assert Shard().any(True) and not Shard().any(False)
+
+
+def test_a_two_rank_deepspeed_run_is_evaluated_by_both_ranks_as_one_rank_would(cache, tmp_path):
+    pytest.importorskip("deepspeed")
+    from jobs.run.files import SPEC_FILE, atomic_write_text
+
+    spec = RunSpec(family="mdm", size="0.1M", steps=3, lr=3e-3, warmup_steps=1, seq_len=32, batch_size=8,
+                   micro_batch_size=4, eval_batches=1, log_every=1, engine="deepspeed", zero_stage=1,
+                   study="ranks", model_options={"loss": "kdce"}, eval_suite="frontier")  # 2 x 64 batches
+    run_dir = tmp_path / "two" / spec.run_id
+    run_dir.mkdir(parents=True)
+    atomic_write_text(run_dir / SPEC_FILE, spec.to_json())
+    outs = _evaluate_on_ranks([run_dir], 2, "pipeline", None)  # DeepSpeed's gloo group evaluates too
+    shares = [int(out.split("scored")[1]) for out in outs]
+    l2r = pl.read_parquet(run_dir / "eval.parquet").filter(pl.col("metric") == "nll_l2r")
+    assert min(shares) > 0 and sum(shares) == l2r["n_samples"].sum() == 1024, shares  # each window once
+    one = Path(shutil.copytree(run_dir, tmp_path / "one" / spec.run_id))
+    for name in ("eval.parquet", WINDOWS_FILE):
+        (one / name).unlink()
+    ev.evaluate(one, spec.eval_suite, fresh=True)  # as the pipeline evaluates, on one rank
+    assert pl.read_parquet(one / "eval.parquet").equals(pl.read_parquet(run_dir / "eval.parquet"))
+    assert pl.read_parquet(one / WINDOWS_FILE).equals(pl.read_parquet(run_dir / WINDOWS_FILE))
