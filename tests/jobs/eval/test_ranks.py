@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -17,6 +18,7 @@ import torch
 from jobs.eval import evaluate as ev
 from jobs.eval.shard import Shard
 from jobs.eval.windows import WINDOWS_FILE
+from jobs.run.device import Placement
 from jobs.run.spec import RunSpec
 from jobs.train.loop import train
 
@@ -116,12 +118,18 @@ def test_an_evaluation_compiles_once_for_both_weights(trained, tmp_path, monkeyp
         compile_stack(self, lambda fn: fn)
 
     monkeypatch.setattr(Transformer, "compile_stack", counted)
-    monkeypatch.setattr(ev, "placement", lambda spec: ev.Placement(torch.device("cpu"), False, 8, True))
+    monkeypatch.setattr(ev, "placement", lambda spec: Placement(torch.device("cpu"), False, 8, True))
     frame = ev.evaluate(run_dir, "quick", val_chunks=2, zero_shot=())
     assert len(calls) == 1 and set(frame["weights"].drop_nulls()) == {"ema", "raw"}
 
 
 def test_each_batch_goes_to_one_rank_round_robin():
+    from jobs.eval.inputs import make_settings
+    from jobs.eval.metrics import per_batch
+
+    settings = replace(make_settings("quick"), shard=Shard(0, 1))
+    assert [b.tolist() for b in per_batch(torch.arange(20).view(10, 2), settings, lambda b: b[:, 0])] == [
+        [0, 2, 4, 6, 8, 10, 12, 14], [16, 18]]  # batches of 8 windows, in order
     shards = [Shard(rank, 3) for rank in range(3)]
     assert [list(s.mine(7)) for s in shards] == [[0, 3, 6], [1, 4], [2, 5]]
     assert Shard().map(3, lambda i: torch.tensor([i])) == [torch.tensor([0]), torch.tensor([1]), torch.tensor([2])]
