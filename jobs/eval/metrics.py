@@ -40,7 +40,7 @@ def _device(settings: Settings) -> torch.device | str:
 
 def per_batch(chunks: torch.Tensor, settings: Settings, score: Callable[[torch.Tensor], object]) -> list:
     """[score(batch) for each batch of the placement's size], each batch scored on the device of
-    one rank (batch i by rank i mod N: jobs.eval.shard), the results on every rank in order."""
+    one rank (dealt in turn: jobs.eval.shard), the results on every rank in order."""
     size = eval_batch_size(settings)
     return settings.shard.map(-(-len(chunks) // size),
                               lambda i: score(chunks[i * size:(i + 1) * size].to(_device(settings))))

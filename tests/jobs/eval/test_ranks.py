@@ -123,7 +123,7 @@ def test_an_evaluation_compiles_once_for_both_weights(trained, tmp_path, monkeyp
     assert len(calls) == 1 and set(frame["weights"].drop_nulls()) == {"ema", "raw"}
 
 
-def test_each_batch_goes_to_one_rank_round_robin():
+def test_each_batch_goes_to_one_rank_in_one_deal_over_the_sets():
     from jobs.eval.inputs import make_settings
     from jobs.eval.metrics import per_batch
 
@@ -131,7 +131,10 @@ def test_each_batch_goes_to_one_rank_round_robin():
     assert [b.tolist() for b in per_batch(torch.arange(20).view(10, 2), settings, lambda b: b[:, 0])] == [
         [0, 2, 4, 6, 8, 10, 12, 14], [16, 18]]  # batches of 8 windows, in order
     shards = [Shard(rank, 3) for rank in range(3)]
-    assert [list(s.mine(7)) for s in shards] == [[0, 3, 6], [1, 4], [2, 5]]
+    assert [s.mine(7) for s in shards] == [[0, 3, 6], [1, 4], [2, 5]]
+    for s in shards:
+        s.dealt[0] += 7  # as map deals them; the next set's deal runs on from rank 1
+    assert [s.mine(2) for s in shards] == [[], [0], [1]]
     assert Shard().map(3, lambda i: torch.tensor([i])) == [torch.tensor([0]), torch.tensor([1]), torch.tensor([2])]
     assert Shard().any(True) and not Shard().any(False)
 
