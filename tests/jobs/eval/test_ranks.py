@@ -159,3 +159,19 @@ def test_a_two_rank_deepspeed_run_is_evaluated_by_both_ranks_as_one_rank_would(c
     ev.evaluate(one, spec.eval_suite, fresh=True)  # as the pipeline evaluates, on one rank
     assert pl.read_parquet(one / "eval.parquet").equals(pl.read_parquet(run_dir / "eval.parquet"))
     assert pl.read_parquet(one / WINDOWS_FILE).equals(pl.read_parquet(run_dir / WINDOWS_FILE))
+
+
+def test_the_evaluate_command_runs_on_two_ranks_and_rank_0_writes(trained, tmp_path):
+    run_dir = Path(shutil.copytree(trained["aogpt"], tmp_path / "aogpt"))
+    port, procs = str(_free_port()), []
+    for rank in range(2):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": port, "OMP_NUM_THREADS": "1",
+               "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        procs.append(subprocess.Popen([sys.executable, "-m", "jobs.eval.evaluate", "--run-dir", str(run_dir),
+                                       "--val-chunks", "20", "--datasets", "shakespeare", "--max-chunks", "9"],
+                                      cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    assert "wrote" in outs[0][0] and outs[1][0] == ""  # the lock and the records are rank 0's
+    assert set(pl.read_parquet(run_dir / "eval.parquet")["dataset"]) >= {"shakespeare"}
