@@ -11,26 +11,28 @@ module under models/families); this module computes each group (METRIC_ROWS):
                  plus nll_elbo_mdlm and nll_elbo_kdce (both estimators, K draws each)
   paper suite    + lambada_acc, infill_nll / infill_em (estimator: the family's declared
                  `infill_context`, prefix_only or prefix_suffix), generation (jobs.eval.generate)
-All randomness derives from `--seed` (default EVAL_SEED) and the (dataset, metric) name, so a
-rerun writes the same rows. The validation windows are spread uniformly over the whole split and
-are the same for every run of a study; each record's value is the mean of per-window values, kept
-in `run_dir/eval_windows.parquet`, and its `se` their standard error (jobs.eval.windows).
+All randomness derives from `--seed` (default EVAL_SEED), the (dataset, metric) name and the
+batch's index, so a rerun writes the same rows, on any number of ranks. The validation windows
+are spread uniformly over the whole split and are the same for every run of a study; each
+record's value is the mean of per-window values, kept in `run_dir/eval_windows.parquet`, and its
+`se` their standard error (jobs.eval.windows).
+Under WORLD_SIZE > 1 every rank evaluates: each set's batches are shared out over the ranks and
+gathered in order (jobs.eval.shard; each batch draws from its own generator), and rank 0 writes
+the records, equal to one rank's. An evaluation is a list of sets (`eval_sets`) whose finished
+rows wait in `eval_progress/` (jobs.eval.progress): a stop between sets (`Stopped`, exit 3) loses
+none of them, and the rerun scores only the rest.
 CLI: `python -m jobs.eval.evaluate --run-dir DIR [--eval-suite quick|paper|SUITE:SET,SET]` (alias `--suite`).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
-import math
-import os
 import sys
-import zlib
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from collections.abc import Callable
 
-import numpy as np
 import polars as pl
 import torch
 
@@ -39,311 +41,30 @@ from cli.faults import fault_point
 from jobs.train import checkpoint
 from jobs.eval import windows as ew
 from jobs.run.allocator import keep_freed_memory
-from jobs.run.device import Placement, placement
+from jobs.run.device import placement
 from jobs.run.numerics import record_columns
 from jobs.eval.generate import GenSettings, generation_sweep, write_samples
 from models.sampling import Sampling
-from jobs.train.cli import add_field_flag, field_flag
+from jobs.train.cli import add_field_flag
 from jobs.train.preflight import check_eval_dir
-from jobs.eval.records import concat_frames, record, run_context, to_frame, write_records
+from jobs.eval.records import concat_frames, run_context, to_frame, write_records
 from jobs.run.lock import holding
-from jobs.data.suites import DEFAULT_SUITE, EvalSuite, Suite
-from jobs.data.datasets import EVAL_SET_NAMES, load_eval_set, load_lambada, token_byte_lengths
-from jobs.data import corpus as data
-from jobs.data.corpus import get_encoding
+from jobs.data.suites import DEFAULT_SUITE, EvalSuite
 from jobs.run.files import add_status_warning
 from jobs.data.unigram import unigram_window_nll
-from jobs.data import heldout
 from jobs.eval.state import check_done
 from jobs.eval.progress import Progress, progress_key
 from jobs.eval.shard import Shard, ranks
 from jobs.run.device import pick_device
 from jobs.train.loop import clear_stop, stop_on_signals, stop_requested
 from cli import rules
-from models import likelihood as lk
 
-SUITE_FLAG = field_flag("eval_suite")  # `--eval-suite`, as every command names it; `--suite` is its alias
-EVAL_SEED = 20240917  # any fixed number; recorded in every row as eval_seed
-LN2 = math.log(2.0)
+from jobs.eval.inputs import (EVAL_SEED, SUITE_FLAG, Dataset, Settings, data_folder, positive_setting,  # noqa: F401
+                              load_datasets, make_settings)
+from jobs.eval.metrics import (METRIC_ROWS, eval_batch_size, window_row, ensemble_sweep, generator,  # noqa: F401
+                               infill_rows, lambada_rows)
+
 EXIT_STOPPED = 3  # as jobs.train's exit status for a preempted run: rerun to finish
-
-
-
-
-@dataclass(frozen=True)
-class Settings:
-    """A suite with the caller's overrides, validated."""
-
-    suite: Suite
-    seed: int = EVAL_SEED
-    weights: str = "auto"
-    seq_len: int | None = None  # chunk length; defaults to the model's context
-    data_dir: str | None = None
-    require_zero_shot: bool = False  # the caller named the sets: a missing one is an error
-    place: Placement | None = None  # device, precision and batch (`jobs.run.device.placement` of the run)
-    shard: Shard = Shard()  # this rank among the evaluating ranks (jobs.eval.shard)
-
-
-@dataclass(frozen=True)
-class Dataset:
-    """Evaluation sequences with the byte count behind them (for bits per byte)."""
-
-    name: str
-    split: str
-    chunks: torch.Tensor  # [N, L]
-    n_bytes: int
-    chunking: str
-    tiling: ew.Tiling | None = None  # where the chunks lie in the split (None: consecutive from 0)
-
-    @property
-    def windows(self) -> ew.Tiling:
-        """The chunks' windows: their tiling, or consecutive tiles of a split of just these chunks."""
-        if self.tiling is not None:
-            return self.tiling
-        n, L = self.chunks.shape
-        return ew.consecutive(n, L, n * L)
-
-
-# ---- settings ----------------------------------------------------------------------------------
-def _positive(name: str, value) -> None:
-    rules.positive_int(f"--{name.replace('_', '-')}", value)
-
-
-def make_settings(suite: EvalSuite | str = DEFAULT_SUITE, **overrides) -> Settings:
-    """Suite `suite` with overrides (k_mc, m_max, n_targets, val_chunks, zero_shot, ...).
-
-    `suite` may name its zero-shot sets (`EvalSuite.sets`, `SUITE:SET,SET` as text, parsed here
-    for a caller that passes text): they replace the suite's and are required."""
-    suite = EvalSuite.parse(suite, SUITE_FLAG)
-    outer = {k: overrides.pop(k) for k in ("seed", "weights", "seq_len", "data_dir") if k in overrides}
-    chosen = replace(suite.suite, **{k: v for k, v in overrides.items() if v is not None})
-    for name in ("val_chunks", "k_mc", "m_max", "n_targets", "ensemble_chunks", "gen_samples"):
-        _positive(name, getattr(chosen, name))
-    for name in chosen.zero_shot:
-        if name not in EVAL_SET_NAMES:
-            raise InputError(f"--datasets: unknown dataset {name!r}; choose from {list(EVAL_SET_NAMES)}")
-    return Settings(chosen, require_zero_shot=bool(suite.sets) or overrides.get("zero_shot") is not None,
-                    **{k: v for k, v in outer.items() if v is not None})
-
-
-# ---- data --------------------------------------------------------------------------------------
-def _validation(spec, enc, seq_len: int, n: int, seed: int) -> Dataset:
-    """`n` windows spread uniformly over the whole validation split (all of it when it holds <= n)."""
-    tokens = data.token_array(spec.corpus, spec.tokenizer, "validation", spec.text_field)
-    tiling = ew.draw_windows(len(tokens), seq_len, n, seed)
-    chunks = torch.from_numpy(np.asarray(tokens[tiling.starts[:, None] + np.arange(seq_len)], dtype=np.int64))
-    n_bytes = int(token_byte_lengths(enc)[chunks.numpy()].sum())
-    return Dataset(spec.corpus, "validation", chunks, n_bytes, tiling.describe("validation"), tiling)
-
-
-def _validation_and_test(spec, enc, seq_len: int, n: int) -> list[Dataset]:
-    """Validation and a disjoint test split of the corpus's validation windows (jobs.data.heldout)."""
-    tokens = data.token_array(spec.corpus, spec.tokenizer, "validation", spec.text_field)
-    lengths = token_byte_lengths(enc)
-    out = []
-    for split, (routed, chosen) in heldout.split_windows(tokens, seq_len, n, enc.decode).items():
-        chunks = torch.from_numpy(np.asarray(tokens[chosen[:, None] + np.arange(seq_len)], dtype=np.int64))
-        # the routed windows are this split's tiles: coverage is counted against them
-        tiling = ew.Tiling(chosen, seq_len, len(routed) * seq_len, len(routed), 0)
-        chunking = (f"{len(chunks)} of the {len(routed)} {seq_len}-token windows routed to {split} (blake2b-64 of "
-                    f"each window's text < {heldout.TEST_SHARE} x 2^64: test), spaced evenly over the split")
-        out.append(Dataset(spec.corpus, split, chunks, int(lengths[chunks.numpy()].sum()), chunking, tiling))
-    return out
-
-
-def _data_dir(settings: Settings) -> str | None:
-    return settings.data_dir or os.environ.get("AOSCALE_DATA") or None
-
-
-def load_datasets(spec, settings: Settings, seq_len: int,
-                  missing: list[str] | None = None) -> list[Dataset]:
-    """The run's validation split, then each zero-shot set (from the data folder or the Hub).
-
-    A set that cannot be had is an error when the caller named the sets; otherwise it is
-    appended to `missing` as "name: reason" (never skipped in silence)."""
-    enc = get_encoding(spec.tokenizer)
-    n = settings.suite.val_chunks
-    out = (_validation_and_test(spec, enc, seq_len, n) if settings.suite.test_split
-           else [_validation(spec, enc, seq_len, n, settings.seed)])
-    for name in settings.suite.zero_shot:
-        try:
-            s = load_eval_set(name, enc, seq_len, data_dir=_data_dir(settings),
-                              max_chunks=settings.suite.zero_shot_chunks)
-        except ValueError as error:
-            if settings.require_zero_shot or missing is None:
-                raise
-            missing.append(f"{name}: {str(error)[:300]}")
-            continue
-        tiling = ew.consecutive(len(s.chunks), seq_len, s.n_tokens + s.dropped_tokens)
-        out.append(Dataset(s.name, s.split, s.chunks, s.n_bytes, s.chunking, tiling))
-    return out
-
-
-# ---- metrics -----------------------------------------------------------------------------------
-def generator(seed: int, *names: str, device: torch.device | str = "cpu") -> torch.Generator:
-    """A generator on `device` seeded from the eval seed and a name, independent of what else runs."""
-    return torch.Generator(device).manual_seed(seed * 1_000_003 + zlib.crc32("/".join(names).encode()))
-
-
-def _batch_size(settings: Settings) -> int:
-    """Sequences per forward: the placement's (8 without one)."""
-    return settings.place.eval_batch if settings.place else 8
-
-
-def _device(settings: Settings) -> torch.device | str:
-    return settings.place.device if settings.place else "cpu"
-
-
-def per_batch(chunks: torch.Tensor, settings: Settings, score: Callable[[torch.Tensor], object]) -> list:
-    """[score(batch) for each batch of the placement's size], each batch scored on the device of
-    one rank (batch i by rank i mod N: jobs.eval.shard), the results on every rank in order."""
-    size = _batch_size(settings)
-    return settings.shard.map(-(-len(chunks) // size),
-                              lambda i: score(chunks[i * size:(i + 1) * size].to(_device(settings))))
-
-
-def per_batch_drawn(chunks: torch.Tensor, settings: Settings, names: tuple[str, ...],
-                    score: Callable[[torch.Tensor, torch.Generator], object]) -> list:
-    """`per_batch` for Monte-Carlo metrics: batch i draws from its own generator (`generator` of
-    the seed, the names and, past batch 0, the batch's index), so its draws are the same whichever
-    rank scores it and however many ranks there are. Batch 0's stream is the one a whole
-    (dataset, metric) drew from before evaluation was sharded: one-batch records are unchanged."""
-    size = _batch_size(settings)
-
-    def scored(i: int) -> object:
-        g = generator(settings.seed, *names, *((f"batch{i}",) if i else ()), device=_device(settings))
-        return score(chunks[i * size:(i + 1) * size].to(_device(settings)), g)
-
-    return settings.shard.map(-(-len(chunks) // size), scored)
-
-
-def _row(ctx, ds: Dataset, metric: str, **fields) -> dict:
-    return record(ctx, dataset=ds.name, split=ds.split, metric=metric, chunking=ds.chunking, **fields)
-
-
-def _window_row(ctx, ds: Dataset, metric: str, per_window: torch.Tensor, index: np.ndarray | None = None,
-                chunking: str | None = None, **fields) -> dict:
-    """A row whose value is the mean of `per_window` values (of the dataset's windows, or of those
-    at `index`) and whose se is their standard error; the values travel with it (jobs.eval.windows)."""
-    tiling = ds.windows
-    index = np.arange(len(tiling.starts)) if index is None else index
-    value, se = ew.mean_se(per_window)
-    row = record(ctx, dataset=ds.name, split=ds.split, metric=metric, chunking=chunking or ds.chunking,
-                 value=value, se=se, n_samples=len(index), coverage_tokens=len(index) * tiling.seq_len,
-                 split_tokens=tiling.split_tokens, **fields)
-    return ew.attach(row, tiling.ids[index], tiling.starts[index], per_window)
-
-
-def l2r_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
-    """nll_l2r (nats/token) and bpb_l2r (bits/byte), exact given the windows."""
-    nll = torch.cat(per_batch(ds.chunks, settings, lambda b: lk.l2r_nll(model, b))).double()
-    row = _window_row(ctx, ds, "nll_l2r", nll.mean(1), unit="nats/token", estimator="exact")
-    per_byte = nll.numel() / LN2 / ds.n_bytes  # bpb = mean per-window nll x tokens / (ln 2 x bytes)
-    bpb = {k: v for k, v in row.items() if k != ew.PAYLOAD}  # a unit conversion: no windows of its own
-    bpb.update(metric="bpb_l2r", value=float(nll.sum() / LN2 / ds.n_bytes), unit="bits/byte",
-               se=None if row["se"] is None else row["se"] * per_byte)
-    return [row, bpb]
-
-
-def _mc_row(ctx, ds, metric, draws: torch.Tensor, estimator: str, index: np.ndarray | None = None,
-            **fields) -> dict:
-    return _window_row(ctx, ds, metric, draws.double().mean(1), index, unit="nats/token", estimator=estimator,
-                       **fields)
-
-
-def anyorder_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
-    """nll_anyorder over K uniform permutations per sequence."""
-    k = settings.suite.k_mc
-    draws = torch.cat(per_batch_drawn(ds.chunks, settings, (ds.name, "nll_anyorder"),
-                                      lambda b, g: lk.anyorder_draws(model, b, k, g)))
-    return [_mc_row(ctx, ds, "nll_anyorder", draws, "perm_mc", k_mc=k)]
-
-
-def ensemble_sweep(m_max: int) -> list[int]:
-    """1, 2, 4, ... up to m_max (m_max itself included)."""
-    ms = [1 << i for i in range(m_max.bit_length()) if 1 << i <= m_max]
-    return ms if ms[-1] == m_max else ms + [m_max]
-
-
-def ensemble_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
-    """nll_ensemble for M in the sweep, sharing targets and orders across M."""
-    s = settings.suite
-    index = ew.ensemble_subset(len(ds.chunks), s.ensemble_chunks, settings.seed)
-    chunks = ds.chunks[torch.from_numpy(index)]
-    n_targets = min(s.n_targets, chunks.shape[1])
-    logp = torch.cat(per_batch_drawn(chunks, settings, (ds.name, "nll_ensemble"),
-                                     lambda b, g: lk.ensemble_logprobs(model, b, s.m_max, n_targets, g)[0]))
-    return [_mc_row(ctx, ds, "nll_ensemble", lk.ensemble_losses(logp, m), "ctx_ensemble", index, m=m,
-                    n_targets=n_targets) for m in ensemble_sweep(s.m_max)]
-
-
-def elbo_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
-    """nll_elbo_mdlm, nll_elbo_kdce (+ nll_elbo_sedd for a sedd model: SEDD's own score-entropy
-    bound), and nll_anyorder = the family's default estimator (its loss when mdlm/kdce, else the
-    kdce bound of its softmax-normalised logits; the `estimator` column says which)."""
-    k, rows = settings.suite.k_mc, []
-    for est in lk.elbo_estimators(model):
-        draws = torch.cat(per_batch_drawn(ds.chunks, settings, (ds.name, f"nll_elbo_{est}"),
-                                          lambda b, g, est=est: lk.mdm_elbo_draws(model, b, k, est, g)))
-        rows.append(_mc_row(ctx, ds, f"nll_elbo_{est}", draws, est, k_mc=k))
-        if est == lk.default_elbo_estimator(model):
-            rows.append(_mc_row(ctx, ds, "nll_anyorder", draws, est, k_mc=k))
-    return rows
-
-
-Metric = Callable[..., list[dict]]
-# The rows of each metric group a family may declare (models.families.base.METRIC_GROUPS).
-METRIC_ROWS: dict[str, Metric] = {"l2r": l2r_rows, "perm_mc": anyorder_rows, "ctx_ensemble": ensemble_rows,
-                                  "elbo": elbo_rows}
-
-
-# ---- LAMBADA and infilling ---------------------------------------------------------------------
-def _binomial_se(p: float, n: int) -> float:
-    return math.sqrt(max(p * (1 - p), 0.0) / n)
-
-
-def lambada_rows(model, spec, ctx: dict, settings: Settings) -> list[dict]:
-    """Last-word accuracy: every target token is the argmax given the (truncated) context.
-
-    Decoders use the identity order and MDMs mask the target, so all families see the left
-    context only here. Items are batched by (context, target) length."""
-    items = settings.shard.from_rank0(lambda: load_lambada(get_encoding(spec.tokenizer), data_dir=_data_dir(settings)))
-    groups: dict[tuple[int, int], list[list[int]]] = {}
-    for context, target in items:
-        context = context[-(model.seq_len - len(target)):]
-        groups.setdefault((len(context), len(target)), []).append(context + target)
-    size = _batch_size(settings)
-    batches = [(a, t, seqs[i:i + size]) for (a, t), seqs in sorted(groups.items()) for i in range(0, len(seqs), size)]
-
-    def hits(i: int) -> int:
-        a, t, seqs = batches[i]
-        return int(lk.span_scores(model, torch.tensor(seqs, device=_device(settings)), a, a + t)[1].all(1).sum())
-
-    acc = sum(settings.shard.map(len(batches), hits)) / len(items)
-    ds = Dataset("lambada", "test", torch.empty(0), 0, "OpenAI LAMBADA test; context truncated to the "
-                 "model context; target = last word with its leading space")
-    return [_row(ctx, ds, "lambada_acc", value=acc, se=_binomial_se(acc, len(items)), unit="fraction",
-                 n_samples=len(items), estimator="greedy_left_context")]
-
-
-def infill_rows(model, ds: Dataset, ctx: dict, settings: Settings) -> list[dict]:
-    """NLL per span token and exact match of a middle span given prefix (and suffix)."""
-    L = ds.chunks.shape[1]
-    span = min(settings.suite.infill_span, L - 2)
-    a = (L - span) // 2
-
-    def scored(batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        n, hits = lk.span_scores(model, batch, a, a + span)
-        return n.double().mean(1), hits.all(1).double()
-
-    parts = per_batch(ds.chunks, settings, scored)
-    nll, em = torch.cat([n for n, _ in parts]), torch.cat([e for _, e in parts])
-    context = model.SPEC.infill_context
-    chunking = f"{ds.chunking}; span = tokens [{a}, {a + span}) of each chunk"
-    base = dict(dataset=ds.name, split=ds.split, n_samples=len(nll), estimator=context, chunking=chunking)
-    return [_window_row(ctx, ds, "infill_nll", nll, unit="nats/token", estimator=context, chunking=chunking),
-            record(ctx, metric="infill_em", value=em.mean(), se=_binomial_se(float(em.mean()), len(em)),
-                   unit="fraction", **base)]
 
 
 # ---- the job -----------------------------------------------------------------------------------
@@ -476,8 +197,8 @@ def evaluate(run_dir: str | Path, suite: EvalSuite | str = DEFAULT_SUITE, fresh:
         kinds = weight_kinds(spec, settings.weights)
         sets = eval_sets(datasets, settings, kinds, run_dir, missing)
         key = progress_key(suite=str(suite), suite_hash=settings.suite.fingerprint, seed=settings.seed,
-                           weights=kinds, seq_len=L, data_dir=_data_dir(settings), step=info.step,
-                           checkpoint=info.path.name, place=settings.place.columns(), batch=_batch_size(settings))
+                           weights=kinds, seq_len=L, data_dir=data_folder(settings), step=info.step,
+                           checkpoint=info.path.name, place=settings.place.columns(), batch=eval_batch_size(settings))
         progress = Progress(run_dir, key) if shard.rank0 else None
         done = shard.from_rank0(lambda: sorted(progress.done))
         state = _Scorer(model, spec, info, settings, suite, run_dir)
@@ -556,7 +277,7 @@ def unigram_rows(spec, vocab_size: int, datasets: list[Dataset], ctx: dict) -> l
     """nll_unigram per dataset: the cross-entropy (nats/token) of the training split's add-one-
     smoothed unigram distribution on that dataset's evaluated chunks. A model not clearly below it
     has learned nothing beyond token frequencies (docs/DESIGN.md §7: the plateau)."""
-    return [_window_row(ctx, ds, "nll_unigram",
+    return [window_row(ctx, ds, "nll_unigram",
                         unigram_window_nll(spec.corpus, spec.tokenizer, vocab_size, ds.chunks, spec.text_field),
                         unit="nats/token", estimator="unigram_add1_train")
             for ds in datasets]
@@ -621,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         if args.max_chunks is not None:
-            _positive("max_chunks", args.max_chunks)
+            positive_setting("max_chunks", args.max_chunks)
         rules.seed("--seed", args.seed)
         suite = EvalSuite.parse(args.eval_suite, SUITE_FLAG)
         make_settings(suite, **overrides)  # every flag checked before the lock is taken

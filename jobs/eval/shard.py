@@ -2,19 +2,19 @@
 the results, in batch order.
 
 Under N ranks (the training job's environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
-MASTER_PORT; jobs.train.engines.distributed_env fills them under srun) batch i is scored by rank
-i mod N. Each batch's result is a function of the batch alone (its windows, the weights, and a
-generator seeded from the batch's index: jobs.eval.evaluate), and the gathered results are put
-back in batch order before any sum or mean is taken, so the records of N ranks equal 1 rank's
-bit for bit on one numerics path. Results travel as CPU objects (`all_gather_object`), gloo on
-the CPU and NCCL on a GPU; the process group is the training's when one is up, else one made
-here.
+MASTER_PORT; jobs.train.engines.distributed_env fills them under srun) the batches of every set
+are dealt to the ranks in turn, one deal running on from set to set. Each batch's result is a
+function of the batch alone (its windows, the weights, and a generator seeded from the batch's
+index: jobs.eval.metrics), and the gathered results are put back in batch order before any sum
+or mean is taken, so the records of N ranks equal 1 rank's bit for bit on one numerics path.
+Results travel as CPU objects (`all_gather_object`), gloo on the CPU and NCCL on a GPU; the
+process group is the training's when one is up, else one made here.
 """
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -29,20 +29,26 @@ class Shard:
 
     rank: int = 0
     world_size: int = 1
+    # items dealt so far: each map's items continue the deal where the last one stopped, so a
+    # set's few batches do not all fall to the first ranks (every rank calls map alike)
+    dealt: list[int] = field(default_factory=lambda: [0], compare=False, repr=False)
 
     @property
     def rank0(self) -> bool:
         """The rank that writes records, status and samples."""
         return self.rank == 0
 
-    def mine(self, n_items: int) -> range:
-        """The indices of `n_items` batches this rank scores: rank, rank + N, ..."""
-        return range(self.rank, n_items, self.world_size)
+    def mine(self, n_items: int) -> list[int]:
+        """The indices of the next `n_items` items this rank scores: item i goes to rank
+        (dealt + i) mod N."""
+        start = self.dealt[0]
+        return [i for i in range(n_items) if (start + i) % self.world_size == self.rank]
 
     def map(self, n_items: int, compute: Callable[[int], Any]) -> list[Any]:
         """[compute(0), ..., compute(n_items - 1)] on every rank, each item computed by one rank
         (CPU copies of its tensors), in item order."""
         own = {i: _to_cpu(compute(i)) for i in self.mine(n_items)}
+        self.dealt[0] += n_items
         if self.world_size == 1:
             return [own[i] for i in range(n_items)]
         parts: list[dict[int, Any]] = [{} for _ in range(self.world_size)]

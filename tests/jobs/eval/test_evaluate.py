@@ -12,6 +12,7 @@ import torch
 
 from jobs.eval import evaluate as ev
 from jobs.eval import generate as gen
+from jobs.eval import metrics
 from jobs.eval.records import CONTRACT_SCHEMA
 from jobs.run.spec import RunSpec
 from jobs.train.loop import train
@@ -236,7 +237,7 @@ def test_lambada_rows_contract_and_brute_force(runs, data_kit, monkeypatch):
         with torch.no_grad():
             items = _planted_items(model, real[:48])
             expected = _brute_force_hits(model, items) / len(items)
-            monkeypatch.setattr(ev, "load_lambada", lambda enc, data_dir=None: items)
+            monkeypatch.setattr(metrics, "load_lambada", lambda enc, data_dir=None: items)
             (row,) = ev.lambada_rows(model, spec, {"study": "t"}, settings)
         assert expected >= 0.5 and row["n_samples"] == 48
         assert row["value"] == pytest.approx(expected, abs=1e-12)
