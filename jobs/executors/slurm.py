@@ -4,7 +4,8 @@
 array's parallelism capped by `options.array_parallelism`) and returns at once. Each task runs
 `RunJob`, a submitit `Checkpointable` around `jobs.pipeline.execute_run`.
 
-Preemption is consistent with the optimizer step: submitit's own SIGUSR2 handler would run
+Preemption (SIGUSR2, or SIGTERM, which submitit alone would ignore) is consistent with the
+optimizer step: submitit's own SIGUSR2 handler would run
 `checkpoint()` at whatever bytecode the signal lands on (possibly between `optimizer.step()`
 and the RNG/data-position update). `RunJob` therefore *defers* it: its handler only calls
 `jobs.train.loop.request_stop()`; the training loop finishes the step in flight, writes a checkpoint
@@ -203,25 +204,29 @@ class RunJob:
 
 
 class _DeferredSignal:
-    """Replace submitit's preemption handler by one that only asks training to stop."""
+    """Replace submitit's preemption handler (USR2) and its SIGTERM bypass by one that only asks
+    training to stop: a cluster that preempts with SIGTERM and a grace time (Slurm's default
+    without `preempt_send_user_signal`: SIGCONT + SIGTERM, SIGKILL after GraceTime) gets the
+    same checkpoint and requeue as USR2."""
 
     def __init__(self, request_stop: Callable[[], None]) -> None:
         import submitit  # noqa: PLC0415 - optional (the slurm extra)
 
         self.signum = submitit.JobEnvironment._usr_sig()
         self.request_stop = request_stop
-        self.received = False
-        self.submitit_handler = signal.getsignal(self.signum)
-        signal.signal(self.signum, self._on_signal)
+        self.received: int | None = None  # the stop signal that came, if any
+        self.submitit_handler = signal.getsignal(self.signum)  # checkpoint_and_try_requeue
+        for signum in (self.signum, signal.SIGTERM):
+            signal.signal(signum, self._on_signal)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        self.received = True
+        self.received = signum
         self.request_stop()
 
     def forward(self) -> None:
         """Hand the (deferred) signal to submitit: checkpoint, requeue, exit."""
-        if self.received and callable(self.submitit_handler):
-            self.submitit_handler(self.signum, None)
+        if self.received is not None and callable(self.submitit_handler):
+            self.submitit_handler(self.received, None)
 
 
 class SlurmHandle:
