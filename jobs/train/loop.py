@@ -97,6 +97,7 @@ class Run:
     step: int = 0
     window: dict[str, float] = field(default_factory=dict)
     numerics: numerics.NumericsPath | None = None  # the path this call trains on (jobs.run.numerics)
+    saved_at: float = field(default_factory=time.monotonic)  # the last save (or this call's start)
 
     @property
     def rank0(self) -> bool:
@@ -205,7 +206,7 @@ def save(run: Run) -> None:
     """Checkpoint the current step (collective: every rank calls it). A failed save (a full disk)
     removes its staging directory before the error goes on. meta.json records the engine's layout
     and the micro-batches per step (`n_micro`), which a resume elsewhere keeps."""
-    engine, step = run.engine, run.step
+    engine, step, began = run.engine, run.step, time.perf_counter()
     try:
         if run.rank0:
             ckpt.prepare(run.run_dir, step)
@@ -218,15 +219,38 @@ def save(run: Run) -> None:
             ema = run.ema.state_dict() if run.ema is not None else None
             ckpt.save_file({"model": weights, "ema": ema, "step": step}, folder / ckpt.MODEL_FILE)
         engine.barrier()
+        digests = _gather_digests(engine, ckpt.digest_own(run.run_dir, step, engine.rank))
         if run.rank0:
-            ckpt.commit(run.run_dir, step, engine.name, run.spec.keep_checkpoints,
+            size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+            seconds = time.perf_counter() - began
+            ckpt.commit(run.run_dir, step, engine.name, run.spec.keep_checkpoints, digests,
                         layout=engine_layout(engine), n_micro=engine.n_micro_total,
-                        micro_batch=run.spec.batch_size // engine.n_micro_total)
+                        micro_batch=run.spec.batch_size // engine.n_micro_total,
+                        bytes=size, save_s=round(seconds, 6), write_bytes_per_s=round(size / max(seconds, 1e-9)))
     except BaseException:
         if run.rank0:
             ckpt.remove_staging(run.run_dir)
         raise
     engine.barrier()
+    run.saved_at = time.monotonic()
+
+
+def _gather_digests(engine: Engine, mine: dict[str, str]) -> dict[str, str]:
+    """Every rank's checksums of its own files, on rank 0 (collective)."""
+    if engine.world_size == 1:
+        return mine
+    gathered: list[dict[str, str] | None] = [None] * engine.world_size if engine.rank == 0 else []
+    torch.distributed.gather_object(mine, gathered if engine.rank == 0 else None, dst=0)
+    return {name: digest for part in gathered if part for name, digest in part.items()}
+
+
+def _time_to_save(run: Run) -> bool:
+    """Whether `checkpoint_minutes` have passed since the last save or the start of this call:
+    rank 0's clock decides and every rank follows (collective when the setting is on)."""
+    minutes = run.spec.checkpoint_minutes
+    if minutes <= 0:
+        return False
+    return run.engine.any(run.rank0 and time.monotonic() - run.saved_at >= minutes * 60)
 
 
 def _choose_checkpoint(run: Run) -> Path | None:
@@ -373,7 +397,7 @@ def loop(run: Run, stop_after: int | None, callbacks: Sequence[Callable[[Run], N
             callback(run)
         stopping = engine.any(_STOP.is_set()) or (stop_after is not None and run.step - first >= stop_after)
         snapshot = run.step in wsd_branch.snapshot_steps(spec)
-        if stopping or snapshot or _due(run.step, spec.checkpoint_every, spec.steps):
+        if _time_to_save(run) or stopping or snapshot or _due(run.step, spec.checkpoint_every, spec.steps):
             save(run)
         if snapshot and run.rank0:
             wsd_branch.keep_snapshot(run.run_dir, run.step)
