@@ -41,6 +41,7 @@ from cli.options import option
 from jobs.executors import PIPELINE, failure_count, record_crash, resolve, run_exclusive
 
 STOP_HOOK = "jobs.train.loop:request_stop"
+DEADLINE_HOOK = "jobs.train.loop:stop_before"  # told the job's end, training keeps its measured save time
 REPO = Path(__file__).resolve().parents[2]
 SIGNAL_DELAY_S = 90  # USR2 this long before the time limit (submitit's default), time to checkpoint
 SLURM_CMD_TIMEOUT_S = 20
@@ -188,6 +189,9 @@ class RunJob:
         if env.global_rank == 0:
             _record_job_id(run_dir)
         deferred = _DeferredSignal(resolve(self.stop_hook))
+        end = job_end_epoch_s(env.job_id) if env.global_rank == 0 else None  # rank 0 decides
+        if end is not None and self.stop_hook == STOP_HOOK:
+            resolve(DEADLINE_HOOK)(end)
         if env.global_rank == 0:  # the run's lock and attempt count belong to rank 0
             result = run_exclusive(run_dir, self.pipeline)
         else:
@@ -201,6 +205,26 @@ class RunJob:
         import submitit  # noqa: PLC0415 - optional (the slurm extra)
 
         return submitit.helpers.DelayedSubmission(self, run_dir)
+
+
+def job_end_epoch_s(job_id: str) -> float | None:
+    """The job's end (epoch seconds) from its time left (`squeue -o %L`); None when unknown
+    (no limit, or the controller did not answer)."""
+    lines = _run_lines(["squeue", "-h", "-j", str(job_id), "-o", "%L"])
+    left = parse_time_left(lines[0]) if lines else None
+    return None if left is None else time.time() + left
+
+
+def parse_time_left(text: str) -> int | None:
+    """squeue's `%L` ([D-][HH:]MM:SS, or UNLIMITED / NOT_SET) in seconds, None when unlimited."""
+    days, _, clock = text.strip().rpartition("-")
+    parts = clock.split(":")
+    if not all(p.isdigit() for p in parts) or not 1 <= len(parts) <= 3 or (days and not days.isdigit()):
+        return None
+    seconds = 0
+    for part in parts:
+        seconds = seconds * 60 + int(part)
+    return seconds + int(days or 0) * 86400
 
 
 class _DeferredSignal:
@@ -224,9 +248,10 @@ class _DeferredSignal:
         self.request_stop()
 
     def forward(self) -> None:
-        """Hand the (deferred) signal to submitit: checkpoint, requeue, exit."""
-        if self.received is not None and callable(self.submitit_handler):
-            self.submitit_handler(self.received, None)
+        """Hand the (deferred) signal to submitit: checkpoint, requeue, exit. A run that stopped
+        itself before the job's end (its measured save time reserved) is requeued the same way."""
+        if callable(self.submitit_handler):
+            self.submitit_handler(self.received or self.signum, None)
 
 
 class SlurmHandle:

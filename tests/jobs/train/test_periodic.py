@@ -123,3 +123,58 @@ def test_a_killed_two_rank_deepspeed_run_resumes_from_its_last_periodic_checkpoi
     worst = max(abs(moved[s] - ref[s]) for s in ref)
     assert worst < TOLERANCE, worst
     assert read_status(run_dir)["state"] == "done"
+
+
+def test_a_run_told_its_end_keeps_its_measured_save_time(tmp_path, cache_dir, monkeypatch):
+    """Told the job ends in 12 s (jobs.executors.slurm reads it from squeue), with no margin: after
+    its first periodic save is measured the run checkpoints and stops ("preempted") once the time
+    left is within 2 x that save + its slowest step, and a rerun resumes there. (When exactly
+    depends on this machine's load; the rule itself: test_the_reserve_rule.)"""
+    import jobs.train.loop as loop
+
+    real_step = loop.train_step
+
+    def slow_step(run):
+        time.sleep(0.25)
+        return real_step(run)
+
+    monkeypatch.setattr(loop, "train_step", slow_step)
+    monkeypatch.setattr(loop, "RESERVE_MARGIN_S", 0.0)
+    monkeypatch.setattr(loop, "_DEADLINE", [])
+    run = spec(steps=200)
+    deadline = time.time() + 12.0
+    loop.stop_before(deadline)
+    assert one_thread_train(tmp_path / "run", run) == "preempted"
+    status = read_status(tmp_path / "run")
+    newest = ckpt.checkpoint_dirs(tmp_path / "run")[-1]
+    assert status["state"] == "preempted" and ckpt.step_of(newest) == status["step"] < run.steps
+    assert status["step"] >= 2  # it trained until the reserve, then saved and stopped
+    monkeypatch.setattr(loop, "_DEADLINE", [])
+    monkeypatch.setattr(loop, "train_step", real_step)
+    assert one_thread_train(tmp_path / "run", run.replace(checkpoint_minutes=0.0)) == "done"
+    assert [r["from_step"] for r in read_metrics(tmp_path / "run", "start")] == [0, status["step"]]
+
+
+def test_squeue_time_left_in_seconds():
+    from jobs.executors.slurm import parse_time_left
+
+    assert [parse_time_left(t) for t in ("1-02:03:04", "02:03:04", "05:00", "59", "UNLIMITED", "NOT_SET", "")] == [
+        93784, 7384, 300, 59, None, None, None]
+
+
+def test_the_reserve_rule(monkeypatch):
+    """Stop once now + 2 x the slowest save + the slowest step + the margin reaches the end; not
+    before a save was measured, and never without a deadline."""
+    import types
+
+    import jobs.train.loop as loop
+
+    monkeypatch.setattr(loop, "_DEADLINE", [])
+    run = types.SimpleNamespace(rank0=True, slowest_save_s=10.0)
+    assert loop.reserve_s(10.0, 2.0) == 2 * 10.0 + 2.0 + loop.RESERVE_MARGIN_S
+    assert not loop._near_deadline(run, 2.0)  # no deadline
+    loop.stop_before(time.time() + 2 * 10.0 + 2.0 + loop.RESERVE_MARGIN_S + 5)
+    assert not loop._near_deadline(run, 2.0)
+    assert loop._near_deadline(run, 7.5)
+    assert not loop._near_deadline(types.SimpleNamespace(rank0=True, slowest_save_s=0.0), 1e6)
+    assert not loop._near_deadline(types.SimpleNamespace(rank0=False, slowest_save_s=10.0), 1e6)
