@@ -135,10 +135,21 @@ def numerics_lines(study_dir: Path, rows: list[tuple[str, ...]]) -> list[str]:
             continue
     paths = numerics.path_counts(run_dirs)
     lines = [f"numerics {key}: {label} ({n} run{'s' if n != 1 else ''})" for key, (label, n) in paths.items()]
+    moved = [d.name for d in run_dirs if _changed_path(d)]
+    if moved:
+        lines.append(f"numerics: {len(moved)} run{'s' if len(moved) != 1 else ''} changed path on a resume "
+                     f"(a requeue onto another GPU model, CUDA or torch): {', '.join(moved)}")
     if numerics_ids.conflicting(list(paths)):
         lines.append(f"warning: the runs trained on {len(paths)} numerics paths; their values differ beyond "
                      "float rounding (docs/DESIGN.md, Numerics paths)")
     return lines
+
+
+def _changed_path(run_dir: Path) -> bool:
+    try:
+        return len(numerics.segment_paths(run_dir)) > 1
+    except InputError:
+        return False
 
 
 def learned(run_dir: Path) -> str:

@@ -228,7 +228,6 @@ TRAIN_CASES = [
     C("train", ["--run-dir", "ar", "--spec", "other.json"], "run_dir"),
     T(["--tokens", "0"], "tokens"), T(["--tokens", "100", "--batch-size", "0"], "batch_size"),
     T(["--bogus-flag"], "unrecognized"), T(["--set", "tracking.x"], "--set"),
-    T(["--engine", "deepspeed"], "engine", run_dir="ar", base=["--spec", "ar/spec.json"]),
 ]
 EVAL_CASES = [
     E(["--suite", "huge"], "--eval-suite"), E(["--k-mc", "0"], "--k-mc"), E(["--k-mc", "-2"], "--k-mc"),

@@ -4,7 +4,8 @@
 array's parallelism capped by `options.array_parallelism`) and returns at once. Each task runs
 `RunJob`, a submitit `Checkpointable` around `jobs.pipeline.execute_run`.
 
-Preemption is consistent with the optimizer step: submitit's own SIGUSR2 handler would run
+Preemption (SIGUSR2, or SIGTERM, which submitit alone would ignore) is consistent with the
+optimizer step: submitit's own SIGUSR2 handler would run
 `checkpoint()` at whatever bytecode the signal lands on (possibly between `optimizer.step()`
 and the RNG/data-position update). `RunJob` therefore *defers* it: its handler only calls
 `jobs.train.loop.request_stop()`; the training loop finishes the step in flight, writes a checkpoint
@@ -40,6 +41,7 @@ from cli.options import option
 from jobs.executors import PIPELINE, failure_count, record_crash, resolve, run_exclusive
 
 STOP_HOOK = "jobs.train.loop:request_stop"
+DEADLINE_HOOK = "jobs.train.loop:stop_before"  # told the job's end, training keeps its measured save time
 REPO = Path(__file__).resolve().parents[2]
 SIGNAL_DELAY_S = 90  # USR2 this long before the time limit (submitit's default), time to checkpoint
 SLURM_CMD_TIMEOUT_S = 20
@@ -193,6 +195,9 @@ class RunJob:
         if env.global_rank == 0:
             _record_job_id(run_dir)
         deferred = _DeferredSignal(resolve(self.stop_hook))
+        end = job_end_epoch_s(env.job_id) if env.global_rank == 0 else None  # rank 0 decides
+        if end is not None and self.stop_hook == STOP_HOOK:
+            resolve(DEADLINE_HOOK)(end)
         if env.global_rank == 0:  # the run's lock and attempt count belong to rank 0
             result = run_exclusive(run_dir, self.pipeline)
         else:
@@ -208,26 +213,51 @@ class RunJob:
         return submitit.helpers.DelayedSubmission(self, run_dir)
 
 
+def job_end_epoch_s(job_id: str) -> float | None:
+    """The job's end (epoch seconds) from its time left (`squeue -o %L`); None when unknown
+    (no limit, or the controller did not answer)."""
+    lines = _run_lines(["squeue", "-h", "-j", str(job_id), "-o", "%L"])
+    left = parse_time_left(lines[0]) if lines else None
+    return None if left is None else time.time() + left
+
+
+def parse_time_left(text: str) -> int | None:
+    """squeue's `%L` ([D-][HH:]MM:SS, or UNLIMITED / NOT_SET) in seconds, None when unlimited."""
+    days, _, clock = text.strip().rpartition("-")
+    parts = clock.split(":")
+    if not all(p.isdigit() for p in parts) or not 1 <= len(parts) <= 3 or (days and not days.isdigit()):
+        return None
+    seconds = 0
+    for part in parts:
+        seconds = seconds * 60 + int(part)
+    return seconds + int(days or 0) * 86400
+
+
 class _DeferredSignal:
-    """Replace submitit's preemption handler by one that only asks training to stop."""
+    """Replace submitit's preemption handler (USR2) and its SIGTERM bypass by one that only asks
+    training to stop: a cluster that preempts with SIGTERM and a grace time (Slurm's default
+    without `preempt_send_user_signal`: SIGCONT + SIGTERM, SIGKILL after GraceTime) gets the
+    same checkpoint and requeue as USR2."""
 
     def __init__(self, request_stop: Callable[[], None]) -> None:
         import submitit  # noqa: PLC0415 - optional (the slurm extra)
 
         self.signum = submitit.JobEnvironment._usr_sig()
         self.request_stop = request_stop
-        self.received = False
-        self.submitit_handler = signal.getsignal(self.signum)
-        signal.signal(self.signum, self._on_signal)
+        self.received: int | None = None  # the stop signal that came, if any
+        self.submitit_handler = signal.getsignal(self.signum)  # checkpoint_and_try_requeue
+        for signum in (self.signum, signal.SIGTERM):
+            signal.signal(signum, self._on_signal)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        self.received = True
+        self.received = signum
         self.request_stop()
 
     def forward(self) -> None:
-        """Hand the (deferred) signal to submitit: checkpoint, requeue, exit."""
-        if self.received and callable(self.submitit_handler):
-            self.submitit_handler(self.signum, None)
+        """Hand the (deferred) signal to submitit: checkpoint, requeue, exit. A run that stopped
+        itself before the job's end (its measured save time reserved) is requeued the same way."""
+        if callable(self.submitit_handler):
+            self.submitit_handler(self.received or self.signum, None)
 
 
 class SlurmHandle:

@@ -10,8 +10,10 @@ two models from one spec (docs/DESIGN.md "Numerics paths" measures how far).
 
 So the path is part of a run's provenance. `numerics.json` in the run folder lists the path of
 every training segment (the step it started from and the path it ran on); a resume on another
-path is refused (`check_resume`) unless `AOSCALE_ALLOW_NUMERICS_CHANGE=1` (the launcher's and
-trainer's `--allow-numerics-change`), and then both paths are listed. Records carry the training
+path is refused (`check_resume`) where the run trained on a bitwise path (the CPU's) unless
+`AOSCALE_ALLOW_NUMERICS_CHANGE=1` (the launcher's and trainer's `--allow-numerics-change`); a run
+trained on a GPU resumes on another GPU model, CUDA or torch (a requeue in a mixed partition).
+Either way the new segment is recorded, and both paths are listed. Records carry the training
 path (`numerics`: its id, or the ids of its segments joined by "+") and the path the evaluation
 itself ran on (`eval_numerics`); the analysis warns when a comparison mixes training paths.
 """
@@ -136,14 +138,23 @@ def _trained_before(run_dir: Path, step: int) -> list[dict[str, Any]]:
     return [s for s in read_segments(run_dir) if int(s["from_step"]) < step]
 
 
+def bitwise(path: NumericsPath) -> bool:
+    """Whether a resume on `path` repeats an uninterrupted run bit for bit: the CPU paths do
+    (jobs.train.loop); on a GPU, kernels pick their reduction order at run time (cuBLAS, atomics),
+    so no GPU path does, and a change of GPU model, CUDA or torch costs no reproducibility."""
+    return path.device == "cpu"
+
+
 def check_resume(run_dir: Path, run_id: str, step: int, path: NumericsPath) -> None:
-    """Refuse (InputError) to resume at `step` on a path other than the one that trained up to
-    it, unless AOSCALE_ALLOW_NUMERICS_CHANGE=1. A start from step 0 is never refused."""
+    """Refuse (InputError) to resume at `step`, trained up to it on a bitwise (CPU) path, on
+    another path, unless AOSCALE_ALLOW_NUMERICS_CHANGE=1. A start from step 0 is never refused;
+    a run trained on a GPU resumes on any GPU (a requeue in a mixed partition), and
+    `record_segment` names the new path."""
     before = _trained_before(run_dir, step)
     if not before:
         return
     last = NumericsPath(**before[-1]["path"])
-    if last == path or numerics_change_allowed():
+    if last == path or not bitwise(last) or numerics_change_allowed():
         return
     raise InputError(f"run {run_id}: trained to step {step} on numerics path {last.id} ({last.label}); "
                      f"this process is on {path.id} ({'; '.join(last.differences(path))}): resume it on "

@@ -75,6 +75,8 @@ class RunSpec:
                                        hashed=False)
     eval_every: int = spec_field(0, "steps between evaluations (0 = only at the end)", hashed=False)
     checkpoint_every: int = spec_field(0, "steps between checkpoints (0 = only at the end)", hashed=False)
+    checkpoint_minutes: float = spec_field(30.0, "minutes of wall time between checkpoints, besides checkpoint_every "
+                                           "(0 = off): a killed job loses at most this much", hashed=False)
     keep_checkpoints: int = spec_field(2, "checkpoints kept", hashed=False)
     log_every: int = spec_field(10, "steps between log lines", hashed=False)
     eval_suite: str = spec_field("quick", "the final evaluation's suite: quick, paper, or SUITE:SET,SET "

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -124,11 +125,32 @@ def prepare(run_dir: str | Path, step: int) -> Path:
     return tmp
 
 
-def commit(run_dir: str | Path, step: int, engine: str, keep: int, **record: Any) -> Path:
-    """Checksum and fsync the staged files, write meta.json (with `record`: the engine's layout,
-    the micro-batches per step), rename into place, prune to `keep`."""
+_RANK_FILE = re.compile(r"(?:zero_pp_rank_(\d+)_.*|rank_(\d+)\.pt)")  # a rank's own files
+
+
+def owner(name: str) -> int:
+    """The rank that checksums a staged file: its own partition and RNG files (DeepSpeed's
+    `zero_pp_rank_R_*`, `rank_RRRR.pt`) by rank R, everything else by rank 0."""
+    match = _RANK_FILE.fullmatch(name)
+    return int(match.group(1) or match.group(2)) if match else 0
+
+
+def digest_own(run_dir: str | Path, step: int, rank: int) -> dict[str, str]:
+    """sha256 of the staged files this rank owns (`owner`), each fsynced: every rank hashes and
+    flushes its own partition at once, so rank 0 is not the bottleneck of a save."""
+    tmp = temp_dir(run_dir, step)
+    return {str(p.relative_to(tmp)): sha256_file(p, fsync=True) for p in _files(tmp) if owner(p.name) == rank}
+
+
+def commit(run_dir: str | Path, step: int, engine: str, keep: int, digests: dict[str, str] | None = None,
+           **record: Any) -> Path:
+    """Checksum and fsync the staged files (those not in `digests`, which the ranks computed),
+    write meta.json (with `record`: the engine's layout, the micro-batches per step, the save's
+    size and time), rename into place, prune to `keep`."""
     tmp, final = temp_dir(run_dir, step), step_dir(run_dir, step)
-    files = {str(p.relative_to(tmp)): sha256_file(p, fsync=True) for p in _files(tmp)}
+    digests = digests or {}
+    files = {name: digests.get(name) or sha256_file(tmp / name, fsync=True)
+             for name in (str(p.relative_to(tmp)) for p in _files(tmp))}
     atomic_write_json(tmp / META_FILE, {"step": step, "engine": engine, **record, "files": files})
     if final.exists():  # the same step saved again (e.g. preempted exactly at a checkpoint)
         shutil.rmtree(final)

@@ -50,6 +50,11 @@ _STOP = threading.Event()
 TRAIN_SALT, VAL_SALT = 1, 2  # keep the training and validation generator streams apart
 
 
+_DEADLINE: list[float] = []  # the job's end (epoch seconds) where a scheduler told it
+RESERVE_FACTOR = 2.0  # a save may take twice the slowest measured one (a busier filesystem)
+RESERVE_MARGIN_S = 30.0  # then requeue and exit: `scontrol requeue` answers within seconds
+
+
 def request_stop() -> None:
     """Ask every training loop in this process to checkpoint after its current step and return
     "preempted" (safe to call from a signal handler or another thread)."""
@@ -65,6 +70,28 @@ def stop_requested() -> bool:
 def clear_stop() -> None:
     """Forget an earlier stop request (a command that starts afresh: jobs.eval.evaluate's CLI)."""
     _STOP.clear()
+
+
+def stop_before(deadline_epoch_s: float) -> None:
+    """Checkpoint and stop ("preempted") once the time left before `deadline_epoch_s` (a Slurm job's
+    end) is no more than the reserve: RESERVE_FACTOR x the slowest save measured (this call's, or
+    the newest checkpoint's meta.json) + one step + RESERVE_MARGIN_S. Before any save was measured
+    the scheduler's own signal (USR2 `--slurm-signal-delay` s before the end) is the only one."""
+    _DEADLINE[:] = [deadline_epoch_s]
+
+
+def reserve_s(save_s: float, step_s: float) -> float:
+    """Seconds to keep before the deadline: the save (with its factor), the next step (the slowest
+    of this call), the margin."""
+    return RESERVE_FACTOR * save_s + step_s + RESERVE_MARGIN_S
+
+
+def _near_deadline(run: Run, step_s: float) -> bool:
+    """Rank 0's view: whether the next step would eat into the reserve (False without a deadline
+    or a measured save)."""
+    if not _DEADLINE or not run.rank0 or run.slowest_save_s <= 0:
+        return False
+    return time.time() + reserve_s(run.slowest_save_s, step_s) >= _DEADLINE[0]
 
 
 def lr_at(step: int, spec: RunSpec) -> float:
@@ -109,6 +136,8 @@ class Run:
     step: int = 0
     window: dict[str, float] = field(default_factory=dict)
     numerics: numerics.NumericsPath | None = None  # the path this call trains on (jobs.run.numerics)
+    saved_at: float = field(default_factory=time.monotonic)  # the last save (or this call's start)
+    slowest_save_s: float = 0.0  # the slowest save measured (this call's, or the newest checkpoint's)
 
     @property
     def rank0(self) -> bool:
@@ -228,7 +257,7 @@ def save(run: Run) -> None:
     """Checkpoint the current step (collective: every rank calls it). A failed save (a full disk)
     removes its staging directory before the error goes on. meta.json records the engine's layout
     and the micro-batches per step (`n_micro`), which a resume elsewhere keeps."""
-    engine, step = run.engine, run.step
+    engine, step, began = run.engine, run.step, time.perf_counter()
     try:
         if run.rank0:
             ckpt.prepare(run.run_dir, step)
@@ -241,15 +270,39 @@ def save(run: Run) -> None:
             ema = run.ema.state_dict() if run.ema is not None else None
             ckpt.save_file({"model": weights, "ema": ema, "step": step}, folder / ckpt.MODEL_FILE)
         engine.barrier()
+        digests = _gather_digests(engine, ckpt.digest_own(run.run_dir, step, engine.rank))
         if run.rank0:
-            ckpt.commit(run.run_dir, step, engine.name, run.spec.keep_checkpoints,
+            size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+            seconds = time.perf_counter() - began
+            ckpt.commit(run.run_dir, step, engine.name, run.spec.keep_checkpoints, digests,
                         layout=engine_layout(engine), n_micro=engine.n_micro_total,
-                        micro_batch=run.spec.batch_size // engine.n_micro_total)
+                        micro_batch=run.spec.batch_size // engine.n_micro_total,
+                        bytes=size, save_s=round(seconds, 6), write_bytes_per_s=round(size / max(seconds, 1e-9)))
     except BaseException:
         if run.rank0:
             ckpt.remove_staging(run.run_dir)
         raise
     engine.barrier()
+    run.saved_at = time.monotonic()
+    run.slowest_save_s = max(run.slowest_save_s, time.perf_counter() - began)
+
+
+def _gather_digests(engine: Engine, mine: dict[str, str]) -> dict[str, str]:
+    """Every rank's checksums of its own files, on rank 0 (collective)."""
+    if engine.world_size == 1:
+        return mine
+    gathered: list[dict[str, str] | None] = [None] * engine.world_size if engine.rank == 0 else []
+    torch.distributed.gather_object(mine, gathered if engine.rank == 0 else None, dst=0)
+    return {name: digest for part in gathered if part for name, digest in part.items()}
+
+
+def _time_to_save(run: Run) -> bool:
+    """Whether `checkpoint_minutes` have passed since the last save or the start of this call:
+    rank 0's clock decides and every rank follows (collective when the setting is on)."""
+    minutes = run.spec.checkpoint_minutes
+    if minutes <= 0:
+        return False
+    return run.engine.any(run.rank0 and time.monotonic() - run.saved_at >= minutes * 60)
 
 
 def _choose_checkpoint(run: Run) -> Path | None:
@@ -278,6 +331,7 @@ def resume(run: Run) -> None:
     mine = ckpt.load_file(rank_file if rank_file.exists() else path / "rank_0000.pt")
     set_rng_state(mine["rng"], run.generator)
     run.step = int(state["step"])
+    run.slowest_save_s = float(ckpt.read_meta(path).get("save_s", 0.0))
 
 
 def _move(run: Run, path: Path, saved: dict[str, Any], weights: dict[str, torch.Tensor]) -> None:
@@ -389,8 +443,9 @@ def loop(run: Run, stop_after: int | None, callbacks: Sequence[Callable[[Run], N
     spec, engine = run.spec, run.engine
     progress = Progress(spec.run_id, spec.steps, run.rank0)
     run.window = {"step": run.step, "time": time.perf_counter()}
-    first = run.step
+    first, slowest_step_s = run.step, 0.0
     while run.step < spec.steps:
+        began = time.perf_counter()
         loss, grad_norm = train_step(run)
         run.step += 1
         if run.numerics is not None and run.numerics.compiled and not engine.model.core.compiled:  # fell back
@@ -407,9 +462,11 @@ def loop(run: Run, stop_after: int | None, callbacks: Sequence[Callable[[Run], N
         log_train(run, loss, grad_norm, progress)
         for callback in callbacks:
             callback(run)
-        stopping = engine.any(_STOP.is_set()) or (stop_after is not None and run.step - first >= stop_after)
+        slowest_step_s = max(slowest_step_s, time.perf_counter() - began)
+        stopping = (engine.any(_STOP.is_set() or _near_deadline(run, slowest_step_s))
+                    or (stop_after is not None and run.step - first >= stop_after))
         snapshot = run.step in wsd_branch.snapshot_steps(spec)
-        if stopping or snapshot or _due(run.step, spec.checkpoint_every, spec.steps):
+        if _time_to_save(run) or stopping or snapshot or _due(run.step, spec.checkpoint_every, spec.steps):
             save(run)
         if snapshot and run.rank0:
             wsd_branch.keep_snapshot(run.run_dir, run.step)

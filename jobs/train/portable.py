@@ -51,7 +51,12 @@ def _stage12(path: Path) -> int:
 def _load(path: Path) -> Any:
     # DeepSpeed's files hold its own classes (ZeroStageEnum, fragment_address): not weights_only.
     # Only files of this run's checksummed checkpoint are read here.
-    return torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    except ModuleNotFoundError as error:  # the one move that cannot happen: no DeepSpeed to read them
+        raise ValueError(f"checkpoint {path.parent.parent.parent.name}: its DeepSpeed partitions need "
+                         f"DeepSpeed to be read ({error}); pip install -e '.[deepspeed]' here, or resume "
+                         "with --engine deepspeed where it is installed") from None
 
 
 def _optim_files(folder: Path) -> list[Path]:

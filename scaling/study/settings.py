@@ -39,7 +39,8 @@ TOKENS_PER_PARAM_LIMIT = 1e6  # Chinchilla is 20; far above any sane budget, far
 STRUCTURAL = {"family", "size", "steps", "lr", "warmup_steps", "model_options", "tokenizer", "corpus",
               "text_field", "seq_len", "batch_size", "ema", "seed"}
 RUN_OVERRIDES = tuple(name for name in HASHED_FIELDS if name not in STRUCTURAL)
-RESOURCES = ("engine", "zero_stage", ds_config.FIELD, "eval_every", "checkpoint_every", "keep_checkpoints", "log_every")
+RESOURCES = ("engine", "zero_stage", ds_config.FIELD, "eval_every", "checkpoint_every", "checkpoint_minutes",
+             "keep_checkpoints", "log_every")
 ARM_KEYS = ("family", "options", "ema", "factors", "label", "network")
 TABLES = ("run", "resources", "tracking")  # merged field by field across layers
 

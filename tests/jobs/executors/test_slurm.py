@@ -1,7 +1,7 @@
 """Slurm backend against the real single-node cluster (scripts/slurm-cluster.sh start).
 
-Real tiny CPU runs go through submitit job arrays; preemption (a `high` partition job, and
-`scancel --signal=USR2`) must give checkpoint -> requeue -> resume with the same curve as an
+Real tiny CPU runs go through submitit job arrays; preemption (a `high` partition job,
+`scancel --signal=USR2` and `scancel --signal=TERM`) must give checkpoint -> requeue -> resume with the same curve as an
 uninterrupted run; a job killed without a result must come back as failed.
 """
 from __future__ import annotations
@@ -89,8 +89,15 @@ def _send_usr2(job_id: str) -> None:
     subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
 
 
+def _send_term(job_id: str) -> None:
+    """SIGTERM to the job's tasks, as a cluster that preempts without `preempt_send_user_signal`
+    sends it (then SIGKILL after its GraceTime); submitit alone ignores it."""
+    subprocess.run(["scancel", "--signal=TERM", job_id], check=True)
+
+
 @cluster
-@pytest.mark.parametrize("interrupt", [_send_usr2, _preempt_by_high_partition], ids=["usr2", "preemption"])
+@pytest.mark.parametrize("interrupt", [_send_usr2, _send_term, _preempt_by_high_partition],
+                         ids=["usr2", "sigterm", "preemption"])
 def test_signal_checkpoints_requeues_and_resumes_exactly(tmp_path, data_kit, one_thread, reference_curve,
                                                          interrupt):
     run = make_run(tmp_path, tiny_spec(seed=3, steps=LONG_STEPS))

@@ -175,3 +175,47 @@ def test_status_shows_each_runs_path_and_warns_on_a_mix(tmp_path):
     lines = status.numerics_lines(study, [("r0",), ("r1",), ("r2",), ("r3",)])
     assert lines[0] == f"numerics {PATH.id}: {PATH.label} (2 runs)"
     assert lines[1].endswith("2 threads fp32 (1 run)") and lines[2].startswith("warning: the runs trained on 2")
+
+
+GPU_PATH = numerics.NumericsPath("cuda (NVIDIA H100 80GB HBM3)", "CUDA 12.8", "2.13.0", numerics.NOT_USED, 8,
+                                 "bf16", True)
+
+
+def test_a_gpu_run_resumes_on_another_gpu_model_and_a_cpu_run_keeps_its_refusal(tmp_path, monkeypatch):
+    """A requeue in a mixed partition: no GPU path is bitwise, so the resume proceeds and the
+    new segment is recorded; a CPU path is, and keeps the refusal unless allowed."""
+    monkeypatch.delenv("AOSCALE_ALLOW_NUMERICS_CHANGE", raising=False)
+    a100 = replace(GPU_PATH, device="cuda (NVIDIA A100-SXM4-80GB)", isa="CUDA 12.4", torch="2.12.0")
+    gpu_run, cpu_run = tmp_path / "gpu", tmp_path / "cpu"
+    gpu_run.mkdir()
+    cpu_run.mkdir()
+    numerics.record_segment(gpu_run, 0, GPU_PATH)
+    numerics.record_segment(cpu_run, 0, PATH)
+    for other in (a100, PATH):  # another GPU model, CUDA and torch; or the CPU
+        numerics.check_resume(gpu_run, "r", 100, other)
+    with pytest.raises(ValueError, match="--allow-numerics-change"):
+        numerics.check_resume(cpu_run, "r", 100, replace(PATH, isa="DEFAULT"))
+    with pytest.raises(ValueError, match="--allow-numerics-change"):
+        numerics.check_resume(cpu_run, "r", 100, GPU_PATH)
+    monkeypatch.setenv("AOSCALE_ALLOW_NUMERICS_CHANGE", "1")
+    numerics.check_resume(cpu_run, "r", 100, GPU_PATH)
+    numerics.record_segment(gpu_run, 100, a100)
+    assert numerics.training_column(gpu_run) == f"{GPU_PATH.id}+{a100.id}"
+
+
+def test_the_trainer_resumes_a_run_recorded_on_a_gpu_and_status_shows_the_mix(tmp_path):
+    """A run dir whose recorded segment is a GPU path (built here: there is no GPU) resumes on
+    this CPU through `python -m jobs.train`, the CPU segment is recorded, status names the mix."""
+    study = tmp_path / "study"
+    run = study / "runs" / "r0"
+    assert train(run, "ar", "--max-steps-this-call", "2").returncode == 3
+    (run / numerics.NUMERICS_FILE).write_text(json.dumps(
+        {"segments": [{"from_step": 0, "path": {**GPU_PATH.__dict__}}]}))
+    resumed = train(run, "ar")
+    assert resumed.returncode == 0, resumed.stderr
+    segments = numerics.read_segments(run)
+    assert [s["from_step"] for s in segments] == [0, 2]
+    assert segments[0]["path"]["device"] == GPU_PATH.device and segments[1]["path"]["device"] == "cpu"
+    lines = status.numerics_lines(study, [("r0",)])
+    assert lines[0] == f"numerics {GPU_PATH.id}: {GPU_PATH.label} (1 run)" and lines[1].startswith("numerics ")
+    assert "numerics: 1 run changed path on a resume (a requeue onto another GPU model, CUDA or torch): r0" in lines
