@@ -59,7 +59,7 @@ def _job_state(job: str) -> str:
 
 
 def test_the_used_by_command_at_125m_prepares_trains_on_two_ranks_moves_to_one_and_reports(
-        tmp_path, data_kit, cluster_env, capsys):
+        tmp_path, data_kit, cluster_env, capsys):  # noqa: F811 (the two-node fixtures)
     corpus = webtext_corpus(data_kit, tmp_path / "webtext")
     study = tmp_path / "studies" / "rehearsal"
     flags = [*USED_BY, *REHEARSAL, "--corpus", str(corpus), "--study-dir", str(study)]
