@@ -32,11 +32,12 @@ def pick_device(cuda: bool | None = None, local_rank: int | None = None) -> torc
 
 
 def device_bytes(device: torch.device) -> int:
-    """Memory a training process on `device` plans with: the GPU's total memory, else the
-    machine's physical RAM (jobs.train.preflight.plan_micro_batch takes its share of it)."""
+    """Memory one training process on `device` plans with (jobs.train.preflight.plan_micro_batch):
+    the GPU's total memory, else the machine's physical RAM shared by the run's `WORLD_SIZE`
+    processes (all of them taken to be on this machine: exact for one node, cautious for more)."""
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).total_memory
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // environment.world_size()
 
 
 def use_bf16(spec, device: torch.device) -> bool:

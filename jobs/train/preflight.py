@@ -155,8 +155,9 @@ def plan_micro_batch(spec: RunSpec, world_size: int, device_bytes: int) -> tuple
     """(micro-batch, accumulation steps, bytes per rank) of one rank among `world_size` with
     `device_bytes` of memory: an explicit `spec.micro_batch_size` always wins; otherwise the largest
     divisor of the rank's share (batch_size / world_size) whose `memory_bytes` fits USABLE_FRACTION
-    of the device (the whole share when it fits: one forward per step, as before the plan).
-    InputError naming the field when the batch does not split over the ranks, or nothing fits."""
+    of the device (the whole share when it fits: one forward per step, as before the plan), else 1
+    (`check_memory` refuses what does not fit at 1). InputError naming the field when the batch
+    does not split over the ranks or an explicit micro-batch does not divide a rank's share."""
     world_size = max(1, world_size)
     if spec.batch_size % world_size:
         raise InputError(f"batch_size: {spec.batch_size} does not split over {world_size} ranks; use a batch "
@@ -171,9 +172,8 @@ def plan_micro_batch(spec: RunSpec, world_size: int, device_bytes: int) -> tuple
                              f"(batch_size {spec.batch_size} / {world_size} ranks); give a divisor of {share}, "
                              "or 0 to let it be chosen")
         return micro, share // micro, memory_bytes(spec, n_params, world_size, micro)
-    fitting = [m for m in range(share, 0, -1) if not share % m
-               and memory_bytes(spec, n_params, world_size, m) <= usable]
-    micro = fitting[0] if fitting else 1
+    micro = next((m for m in range(share, 0, -1) if not share % m
+                  and memory_bytes(spec, n_params, world_size, m) <= usable), 1)
     return micro, share // micro, memory_bytes(spec, n_params, world_size, micro)
 
 

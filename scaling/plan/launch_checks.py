@@ -85,8 +85,9 @@ def planning_memory(study: StudySpec, backend: str) -> tuple[int, str, bool]:
 
 def check_fit(study: StudySpec, ranks: int, backend: str) -> str:
     """The memory plan's text for the dry-run; InputError (one line) when a run's batch does not
-    split over the ranks, or (`gpu-memory`) cannot fit the planned GPU even at micro-batch 1. A local launch without `--gpu-memory` is
-    checked against this machine by `check_resources` instead, when it trains."""
+    split over the ranks, or (`gpu-memory`) cannot fit the planned GPU even at micro-batch 1. A
+    local launch without `--gpu-memory` is checked against this machine by `check_resources`
+    instead, when it trains."""
     device_bytes, source, assumed = planning_memory(study, backend)
     rows = memory_rows(study, ranks, device_bytes)  # InputError: a batch that does not split over the ranks
     why = memory_refusal(rows, device_bytes, source)
