@@ -354,7 +354,8 @@ def file_sha256(file: Path) -> bytes:
     """sha256 of a file's bytes, remembered in the cache under (path, size, mtime, inode), so a
     multi-GB local corpus is read once rather than at every run start. Any edit changes the key;
     a file changed in the last `RECENT_S` seconds is always re-read (an edit within one mtime
-    tick keeps the mtime: git's "racy clean" rule)."""
+    tick keeps the mtime: git's "racy clean" rule). Remembered only in a cache folder that exists:
+    a check or a dry run before anything was prepared creates no cache folder."""
     st = file.stat()
     key = f"{file.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}"
     memo = cache_root() / "file-sha256" / hashlib.sha256(key.encode()).hexdigest()
@@ -364,7 +365,7 @@ def file_sha256(file: Path) -> bytes:
         pass
     with open(file, "rb") as handle:
         digest = hashlib.file_digest(handle, "sha256").digest()
-    if time.time() - st.st_mtime_ns / 1e9 > RECENT_S:
+    if time.time() - st.st_mtime_ns / 1e9 > RECENT_S and cache_root().is_dir():
         try:
             atomic_write(memo, lambda out: out.write(digest.hex().encode()))
         except OSError:
