@@ -5,7 +5,8 @@
 
 `--prepare`: the study's preparation stage (`jobs.data.prepare.prepare`, what `aoscale prepare`
 runs) on the data kit's WebText snippets (9,447 records of 63 GPT-2 tokens, as a `save_to_disk`
-folder, train = the test file, validation = the valid file), each build a fresh cache in its own
+folder, train = the test file, validation = the valid file; `--copies K` repeats them K times,
+prefixed), each build a fresh cache in its own
 process, with 1 and 2 processes alternately, `--repeat` times; prints the median tokens/s of each,
 their ratio (from this one run), that every build gave the same bytes, and the load average before
 and after (the machine may be shared: compare only ratios of one run).
@@ -111,15 +112,17 @@ def text_mb(dataset) -> float:
                for t in batch["text"]) / 1e6
 
 
-def saved_webtext(data_dir: Path, folder: Path) -> Path:
-    """The kit's WebText snippets as a `save_to_disk` DatasetDict (no Arrow conversion at prepare time)."""
+def saved_webtext(data_dir: Path, folder: Path, copies: int = 1) -> Path:
+    """The kit's WebText snippets as a `save_to_disk` DatasetDict (no Arrow conversion at prepare
+    time); with `copies` > 1 each record also appears prefixed "[k] " for k = 1 .. copies - 1."""
     import json
 
     import datasets
 
     def rows(name: str) -> list[dict]:
         text = (data_dir / "text/webtext-snippets" / name).read_text("utf-8")
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+        records = [json.loads(line)["text"] for line in text.splitlines() if line.strip()]
+        return [{"text": f"[{k}] {r}" if k else r} for k in range(copies) for r in records]
 
     datasets.disable_progress_bars()
     datasets.DatasetDict({"train": datasets.Dataset.from_list(rows("webtext.test.jsonl")),
@@ -147,7 +150,7 @@ def prepare_mode(args: argparse.Namespace) -> int:
     context = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = Path(scratch_dir)
-        corpus = str(saved_webtext(Path(args.data), scratch / "webtext"))
+        corpus = str(saved_webtext(Path(args.data), scratch / "webtext", args.copies))
         runs: dict[int, list[dict]] = {1: [], 2: []}
         for round_ in range(args.repeat):
             for workers in (1, 2):
@@ -161,7 +164,7 @@ def prepare_mode(args: argparse.Namespace) -> int:
                       f"{result['wall_s']:.2f} s = {result['tokens'] / result['wall_s']:,.0f} tokens/s", flush=True)
     rate = {w: statistics.median(r["tokens"] / r["wall_s"] for r in runs[w]) for w in runs}
     same = len({tuple(r["sha256"]) for w in runs for r in runs[w]}) == 1
-    print(f"prepare, WebText snippets: median {rate[1]:,.0f} tokens/s with 1 process, {rate[2]:,.0f} with 2: "
+    print(f"prepare, WebText snippets x {args.copies}: median {rate[1]:,.0f} tokens/s with 1 process, {rate[2]:,.0f} with 2: "
           f"ratio {rate[2] / rate[1]:.2f}x; every build byte-identical: {same}")
     print(f"load average (1, 5, 15 min) before {', '.join(f'{x:.2f}' for x in load_before)}, after "
           f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} cores (shared: other processes may run)")
@@ -177,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prepare", action="store_true", help="the preparation stage on the kit's WebText snippets, "
                    "1 and 2 processes")
     p.add_argument("--repeat", type=int, default=3, help="--prepare: builds per process count (median taken)")
+    p.add_argument("--copies", type=int, default=1, help="--prepare: the snippets this many times (default 1: "
+                   "2.8 MB, where starting a worker costs more than tokenising)")
     args = p.parse_args(argv)
     if args.prepare:
         return prepare_mode(args)
