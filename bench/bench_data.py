@@ -138,7 +138,9 @@ def _prepare(corpus: str, workers: int, cache: str, queue) -> None:
     with open(os.devnull, "w") as quiet:
         (manifest,) = prepare([Corpus(corpus, "gpt2")], workers=workers, out=quiet)
     wall_s = time.perf_counter() - start
-    queue.put({"wall_s": wall_s, "tokens": sum(s["tokens"] for s in manifest["splits"].values()),
+    usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    queue.put({"wall_s": wall_s, "cpu_s": sum(u.ru_utime + u.ru_stime for u in usage),
+               "tokens": sum(s["tokens"] for s in manifest["splits"].values()),
                "sha256": [manifest["splits"][s]["sha256"] for s in sorted(manifest["splits"])]})
 
 
@@ -161,7 +163,8 @@ def prepare_mode(args: argparse.Namespace) -> int:
                 process.join()
                 runs[workers].append(result)
                 print(f"round {round_ + 1}, {workers} process(es): {result['tokens']:,} tokens in "
-                      f"{result['wall_s']:.2f} s = {result['tokens'] / result['wall_s']:,.0f} tokens/s", flush=True)
+                      f"{result['wall_s']:.2f} s = {result['tokens'] / result['wall_s']:,.0f} tokens/s "
+                      f"({result['cpu_s'] / result['wall_s']:.2f} cores busy)", flush=True)
     rate = {w: statistics.median(r["tokens"] / r["wall_s"] for r in runs[w]) for w in runs}
     same = len({tuple(r["sha256"]) for w in runs for r in runs[w]}) == 1
     print(f"prepare, WebText snippets x {args.copies}: median {rate[1]:,.0f} tokens/s with 1 process, {rate[2]:,.0f} with 2: "
