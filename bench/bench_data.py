@@ -1,6 +1,15 @@
 """Tokenisation into the sharded token cache: throughput with 1 and 2 workers, peak memory.
 
     python bench/bench_data.py [--size-mb 300] [--tokenizer gpt2] [--data DIR]
+    python bench/bench_data.py --prepare [--repeat 3] [--data DIR]
+
+`--prepare`: the study's preparation stage (`jobs.data.prepare.prepare`, what `aoscale prepare`
+runs) on the data kit's WebText snippets (9,447 records of 63 GPT-2 tokens, as a `save_to_disk`
+folder, train = the test file, validation = the valid file; `--copies K` repeats them K times,
+prefixed), each build a fresh cache in its own
+process, with 1 and 2 processes alternately, `--repeat` times; prints the median tokens/s of each,
+their ratio (from this one run), that every build gave the same bytes, and the load average before
+and after (the machine may be shared: compare only ratios of one run).
 
 A corpus of `--size-mb` MB of text (documents of ~5 kB, OpenWebText's mean, cut from the offline
 data kit's English texts and repeated) is written as a memory-mapped `datasets` Arrow table, then
@@ -103,13 +112,82 @@ def text_mb(dataset) -> float:
                for t in batch["text"]) / 1e6
 
 
+def saved_webtext(data_dir: Path, folder: Path, copies: int = 1) -> Path:
+    """The kit's WebText snippets as a `save_to_disk` DatasetDict (no Arrow conversion at prepare
+    time); with `copies` > 1 each record also appears prefixed "[k] " for k = 1 .. copies - 1."""
+    import json
+
+    import datasets
+
+    def rows(name: str) -> list[dict]:
+        text = (data_dir / "text/webtext-snippets" / name).read_text("utf-8")
+        records = [json.loads(line)["text"] for line in text.splitlines() if line.strip()]
+        return [{"text": f"[{k}] {r}" if k else r} for k in range(copies) for r in records]
+
+    datasets.disable_progress_bars()
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(rows("webtext.test.jsonl")),
+                          "validation": datasets.Dataset.from_list(rows("webtext.valid.jsonl"))}).save_to_disk(str(folder))
+    return folder
+
+
+def _prepare(corpus: str, workers: int, cache: str, queue) -> None:
+    os.environ["AOSCALE_CACHE"] = cache
+    from jobs.data.prepare import Corpus, prepare
+
+    start = time.perf_counter()
+    with open(os.devnull, "w") as quiet:
+        (manifest,) = prepare([Corpus(corpus, "gpt2")], workers=workers, out=quiet)
+    wall_s = time.perf_counter() - start
+    usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    queue.put({"wall_s": wall_s, "cpu_s": sum(u.ru_utime + u.ru_stime for u in usage),
+               "tokens": sum(s["tokens"] for s in manifest["splits"].values()),
+               "sha256": [manifest["splits"][s]["sha256"] for s in sorted(manifest["splits"])]})
+
+
+def prepare_mode(args: argparse.Namespace) -> int:
+    """1 and 2 preparation processes on the kit's WebText snippets, alternately, `args.repeat` times."""
+    import statistics
+
+    load_before = os.getloadavg()
+    context = multiprocessing.get_context("spawn")
+    with tempfile.TemporaryDirectory() as scratch_dir:
+        scratch = Path(scratch_dir)
+        corpus = str(saved_webtext(Path(args.data), scratch / "webtext", args.copies))
+        runs: dict[int, list[dict]] = {1: [], 2: []}
+        for round_ in range(args.repeat):
+            for workers in (1, 2):
+                queue = context.Queue()
+                process = context.Process(target=_prepare, args=(corpus, workers, tempfile.mkdtemp(dir=scratch), queue))
+                process.start()
+                result = queue.get()
+                process.join()
+                runs[workers].append(result)
+                print(f"round {round_ + 1}, {workers} process(es): {result['tokens']:,} tokens in "
+                      f"{result['wall_s']:.2f} s = {result['tokens'] / result['wall_s']:,.0f} tokens/s "
+                      f"({result['cpu_s'] / result['wall_s']:.2f} cores busy)", flush=True)
+    rate = {w: statistics.median(r["tokens"] / r["wall_s"] for r in runs[w]) for w in runs}
+    same = len({tuple(r["sha256"]) for w in runs for r in runs[w]}) == 1
+    print(f"prepare, WebText snippets x {args.copies}: median {rate[1]:,.0f} tokens/s with 1 process, {rate[2]:,.0f} with 2: "
+          f"ratio {rate[2] / rate[1]:.2f}x; every build byte-identical: {same}")
+    print(f"load average (1, 5, 15 min) before {', '.join(f'{x:.2f}' for x in load_before)}, after "
+          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} cores (shared: other processes may run)")
+    return 0 if same else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size-mb", type=float, default=300.0, help="text size of the full corpus (MB)")
     p.add_argument("--tokenizer", default="gpt2")
     p.add_argument("--data", default=os.environ.get("AOSCALE_DATA") or str(REPO.parent / "shared" / "data"),
                    help="the offline data kit (default $AOSCALE_DATA, else ../shared/data)")
+    p.add_argument("--prepare", action="store_true", help="the preparation stage on the kit's WebText snippets, "
+                   "1 and 2 processes")
+    p.add_argument("--repeat", type=int, default=3, help="--prepare: builds per process count (median taken)")
+    p.add_argument("--copies", type=int, default=1, help="--prepare: the snippets this many times (default 1: "
+                   "2.8 MB, where starting a worker costs more than tokenising)")
     args = p.parse_args(argv)
+    if args.prepare:
+        return prepare_mode(args)
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = Path(scratch_dir)
         full = make_corpus(Path(args.data), args.size_mb, scratch / "hf")

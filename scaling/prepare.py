@@ -162,7 +162,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = launch.parser()
     p.prog, p.error_prefix = "python -m scaling.prepare", "prepare"
-    p.description = __doc__.splitlines()[0]
+    p.description = "\n\n".join(__doc__.split("\n\n")[:3])  # what, which study, which cache folder
     p.add_argument("study", nargs="?", help="an existing study directory (its runs' corpora); without it, the study "
                    "the flags describe")
     p.add_argument("--workers", type=int_arg, help=f"tokenising processes (default: the CPUs this process may use, "

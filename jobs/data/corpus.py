@@ -347,6 +347,7 @@ def _hash_files(digest: hashlib._Hash, root: Path, files: list[Path]) -> None:
         digest.update(file_sha256(file))
 
 
+_REMEMBER: contextvars.ContextVar[bool] = contextvars.ContextVar("remember_file_hashes", default=True)
 RECENT_S = 2.0  # files modified this recently are hashed, never remembered: mtime ticks are coarse
 
 
@@ -354,7 +355,8 @@ def file_sha256(file: Path) -> bytes:
     """sha256 of a file's bytes, remembered in the cache under (path, size, mtime, inode), so a
     multi-GB local corpus is read once rather than at every run start. Any edit changes the key;
     a file changed in the last `RECENT_S` seconds is always re-read (an edit within one mtime
-    tick keeps the mtime: git's "racy clean" rule)."""
+    tick keeps the mtime: git's "racy clean" rule). Nothing is remembered inside `prepared_manifest`
+    (a check that writes nothing)."""
     st = file.stat()
     key = f"{file.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}"
     memo = cache_root() / "file-sha256" / hashlib.sha256(key.encode()).hexdigest()
@@ -364,7 +366,7 @@ def file_sha256(file: Path) -> bytes:
         pass
     with open(file, "rb") as handle:
         digest = hashlib.file_digest(handle, "sha256").digest()
-    if time.time() - st.st_mtime_ns / 1e9 > RECENT_S:
+    if time.time() - st.st_mtime_ns / 1e9 > RECENT_S and _REMEMBER.get():
         try:
             atomic_write(memo, lambda out: out.write(digest.hex().encode()))
         except OSError:
@@ -428,8 +430,12 @@ PREPARE_COMMAND = "aoscale prepare STUDY_DIR"  # also `python -m scaling.prepare
 
 def prepared_manifest(corpus: str, tokenizer: str, text_field: str = DEFAULT_TEXT_FIELD) -> dict[str, Any] | None:
     """The manifest of the corpus's complete token cache, or None when it is not prepared (reads
-    nothing of the corpus but a local corpus's file hashes, jobs.data.corpus.file_sha256)."""
-    return tokencache.read_manifest(cache_folder(corpus, tokenizer, text_field))
+    nothing of the corpus but a local corpus's file hashes, and writes nothing: see `file_sha256`)."""
+    token = _REMEMBER.set(False)
+    try:
+        return tokencache.read_manifest(cache_folder(corpus, tokenizer, text_field))
+    finally:
+        _REMEMBER.reset(token)
 
 
 def not_prepared(corpus: str, tokenizer: str, text_field: str = DEFAULT_TEXT_FIELD) -> InputError:

@@ -48,8 +48,8 @@ class Corpus:
         return data.prepared_manifest(self.corpus, self.tokenizer, self.text_field)
 
 
-class Stopped(Exception):
-    """A stop signal arrived while preparing."""
+class Stopped(KeyboardInterrupt):
+    """A stop signal arrived while preparing (an interrupt: no `except Exception` swallows it)."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)

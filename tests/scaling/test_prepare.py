@@ -115,3 +115,20 @@ def test_prepare_refuses_bad_input_in_one_line_and_writes_nothing(tmp_path, no_c
     assert len(lines) == 3 and all(line.startswith("prepare: ") for line in lines)
     assert "holds no study.json" in lines[0] and "no such file or folder" in lines[1] and "workers" in lines[2]
     assert not cache.exists()
+
+
+def test_the_cache_folder_is_the_setting_then_the_recorded_then_the_environment_then_the_backend_default(
+        tmp_path, no_cache_env, monkeypatch):
+    from scaling.prepare import CLUSTER_CACHE, DATA_FILE, cache_folder
+
+    study = tmp_path / "studies" / "s"
+    beside = (tmp_path / "studies" / CLUSTER_CACHE, "--backend slurm: beside the study dir")
+    assert cache_folder(None, study, "slurm") == beside
+    assert cache_folder(None, study, "ray") == (beside[0], "--backend ray: beside the study dir")
+    assert cache_folder(None, study, "local") == (data.cache_root().absolute(), "default")
+    monkeypatch.setenv("AOSCALE_CACHE", str(tmp_path / "env"))
+    assert cache_folder(None, study, "slurm") == (tmp_path / "env", "$AOSCALE_CACHE")
+    study.mkdir(parents=True)
+    (study / DATA_FILE).write_text(json.dumps({"cache_dir": str(tmp_path / "recorded")}))
+    assert cache_folder(None, study, "slurm") == (tmp_path / "recorded", f"recorded in {study / DATA_FILE}")
+    assert cache_folder(str(tmp_path / "flag"), study, "local") == (tmp_path / "flag", "--cache-dir")

@@ -89,6 +89,7 @@ TRAIN = ["--family", "ar", "--size", "0.1M", "--tokenizer", "gpt2", "--seq-len",
          "--steps", "2", "--eval-batches", "1"]
 
 
+@pytest.mark.slow
 def test_a_job_that_may_not_tokenise_refuses_a_missing_cache_and_trains_from_a_prepared_one(
         webtext, tmp_path, monkeypatch, capsys):
     from jobs.train.loop import main as train_main
