@@ -75,7 +75,7 @@ def test_the_used_by_command_at_125m_prepares_trains_on_two_ranks_moves_to_one_a
     # step, checkpoints it and is requeued.
     wait_until(lambda: bool(read_metrics(run, "start")), STEP_TIMEOUT_S, "the two-rank 125M run to start")
     _scontrol("update", "NodeName=n2", "State=DRAIN", "Reason=rehearsal")  # the requeue cannot start on 2
-    subprocess.run(["scancel", "--signal=TERM", "--full", job], check=True, timeout=30)
+    subprocess.run(["scancel", "--signal=TERM", job], check=True, timeout=30)  # the steps, as a preemption
     wait_until(lambda: status(run).get("state") == "preempted", STEP_TIMEOUT_S, "the SIGTERM checkpoint")
     wait_until(lambda: _job_state(job) == "PENDING", 120, "the requeue")
     first_segment = read_metrics(run, "start")
