@@ -175,7 +175,7 @@ def _analyse_one(inputs: Inputs, bootstrap: int, x: str, seed: int) -> Analysis:
     records, notes = fairness.compared_only(inputs.records)
     records, weights, weight_notes = fairness.choose_weights(records, inputs.options)
     final, latest_notes = latest(records)
-    chosen = select(final)  # swept settings chosen on validation; every split but validation reported
+    chosen = select(final, inputs.settings)  # settings chosen on validation; every split but validation reported
     every_run, final = final, chosen.reported
     notes += weight_notes + latest_notes + repetition_notes(final)
     plateau = fairness.plateau_table(final, baselines=every_run)

@@ -131,7 +131,7 @@ def round_cells(study: StudySpec, plan: frontier_plan.RoundPlan) -> list[tuple[f
     """The plan's runs as new cells of the study (runs it already has, or two planned runs that
     fall on one shape, are one run: keyed by run id)."""
     settings = dict(study.settings)
-    fpt, _ = family_fpt({"tokenizer": settings["tokenizer"], "seq_len": settings["seq_len"]})
+    fpt, _ = family_fpt(settings)  # executed FLOPs at the study's batch (scaling.study.sweep.sequences_per_pass)
     templates, have, measured, out = _templates(study), set(study.run_ids), _measured(study), []
     for run in plan.runs:
         template = templates.get((run.family, run.variant))

@@ -38,7 +38,8 @@ values from the other splits). Per (family, variant, dataset, split, metric):
   (never in a summary). The interval reads the L_opt draws of `between_budget_draws` (the same
   resample as the exponents), the two families drawn independently. k is given on two FLOP counts
   (`flops`): `charged`, each family's own training FLOPs (`budget_flops`, planned with
-  `FamilyModel.flops_per_token`, which charges AO-GPT's adaLN modulation per token), and `core`,
+  `FamilyModel.flops_per_token` as executed: AO-GPT's adaLN modulation once per position and forward
+  pass since issue 47, per token in studies planned before; docs/DESIGN.md §4.5), and `core`,
   6·N·D with N the shared core's non-embedding parameters (`n_params`) and D the tokens: the same
   count for every family at a shape, without any family's own projections. A budget's core C at its
   vertex is C times the core-to-charged ratio of its runs, interpolated in ln N at N_opt.

@@ -592,7 +592,7 @@ def read_study(study_dir, resamples: int = 200, seed: int = 0) -> tuple[pl.DataF
     records, _ = fairness.compared_only(inputs.records)
     records, _, _ = fairness.choose_weights(records, inputs.options)
     final, _ = latest(records)
-    front = frontier.analyse(select(final).reported, resamples, seed)
+    front = frontier.analyse(select(final, inputs.settings).reported, resamples, seed)
     if "budget_flops" not in final.columns or inputs.specs is None or "lr" not in inputs.specs.columns:
         return pl.DataFrame(schema=dict.fromkeys(PLAN_COLUMNS, pl.Float64)), front
     val = final.filter((pl.col("split") == SELECTION_SPLIT) & (pl.col("metric") == REFERENCE_METRIC)

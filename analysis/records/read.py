@@ -16,7 +16,8 @@ import polars as pl
 from analysis.records.values import check_together, check_values
 from analysis.records.carry import study_note
 from analysis.records.health import group_notes, run_records
-from cli import InputError, schema
+from analysis.records.selection import SETTING_FIELDS, SWEEP_PREFIX
+from cli import InputError, rules, schema
 
 # column -> (kind, nullable); kinds: str, int, float (ints accepted and cast). CONTRACTS.md "Records";
 # ranges and the optional columns in the one table, cli.schema.RECORD_COLUMNS.
@@ -49,6 +50,7 @@ class Inputs:
     missing_runs: tuple[str, ...] = ()  # run dirs without eval.parquet ("<run_id> (<state>)")
     notes: tuple[str, ...] = field(default=())
     specs: pl.DataFrame | None = None  # run_id + SPEC_SCOPE_FIELDS from spec.json (the summary's scope)
+    settings: pl.DataFrame | None = None  # run_id + sweep_<name>: each run's effective settings (selection)
 
 
 def validate(frame: pl.DataFrame, source: str) -> pl.DataFrame:
@@ -81,7 +83,7 @@ def load(paths: list[str | Path]) -> Inputs:
     """Records from study directories and/or files (all validated before anything is written)."""
     if not paths:
         raise RecordsError("paths: no study directory or records file given; pass <study> or files")
-    frames, options, curves, missing, notes, specs, study_dir = [], [], [], [], [], [], None
+    frames, options, curves, missing, notes, specs, settings, study_dir = [], [], [], [], [], [], [], None
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
@@ -93,6 +95,7 @@ def load(paths: list[str | Path]) -> Inputs:
             missing += part["missing"]
             notes += part["notes"]
             specs += part["specs"]
+            settings += part["settings"]
         elif path.is_file():
             frames.append(read_file(path))
         else:
@@ -104,7 +107,8 @@ def load(paths: list[str | Path]) -> Inputs:
     return Inputs(records=records, study_dir=study_dir, sources=tuple(str(p) for p in paths),
                   options=_concat(options) if options else None,
                   curves=_concat(curves) if curves else None, missing_runs=tuple(missing),
-                  notes=tuple(notes), specs=_concat(specs) if specs else None)
+                  notes=tuple(notes), specs=_concat(specs) if specs else None,
+                  settings=_concat(settings) if settings else None)
 
 
 def _load_study(study: Path) -> dict[str, list]:
@@ -112,7 +116,8 @@ def _load_study(study: Path) -> dict[str, list]:
     left out with a note, as are damaged checkpoints named), options, curves and notes."""
     if not sorted(study.glob("runs/*/eval.parquet")):
         raise RecordsError(f"{study}/runs/*/eval.parquet: no records found; evaluate runs or pass record files")
-    out: dict[str, list] = {"frames": [], "options": [], "curves": [], "missing": [], "notes": [], "specs": []}
+    out: dict[str, list] = {"frames": [], "options": [], "curves": [], "missing": [], "notes": [], "specs": [],
+                            "settings": []}
     unevaluated: dict[str, list[str]] = {}
     damage: list[str] = []
     for run_dir in sorted(p for p in (study / "runs").iterdir() if p.is_dir()):
@@ -131,6 +136,7 @@ def _load_study(study: Path) -> dict[str, list]:
         scope = _run_scope(run_dir)
         if scope is not None:
             out["specs"].append(scope)
+            out["settings"].append(_run_settings(run_dir))
         curve = _run_curve(run_dir)
         if curve is not None:
             out["curves"].append(curve)
@@ -176,6 +182,20 @@ def _run_scope(run_dir: Path) -> pl.DataFrame | None:
     if spec is None:
         return None
     return pl.DataFrame({"run_id": [run_dir.name], **{k: [_opaque(spec[k])] for k in SPEC_SCOPE_FIELDS if k in spec}})
+
+
+def _run_settings(run_dir: Path) -> pl.DataFrame:
+    """run_id + sweep_<name> (SETTING_FIELDS) from spec.json: the settings the run trained with, as
+    numbers (a field the spec lacks is null); RecordsError naming the field when one is not a number."""
+    spec = _spec(run_dir) or {}
+    values = {}
+    for name, spec_field in SETTING_FIELDS.items():
+        value = spec.get(spec_field)
+        if value is not None:
+            value = rules.number(f"{run_dir / 'spec.json'}: {spec_field}", value)
+        values[f"{SWEEP_PREFIX}{name}"] = [None if value is None else float(value)]
+    return pl.DataFrame({"run_id": [run_dir.name], **values}, schema={"run_id": pl.String,
+                                                                      **dict.fromkeys(values, pl.Float64)})
 
 
 def _opaque(value: object) -> str:

@@ -233,7 +233,7 @@ class _Scorer:
 
     def context(self) -> dict:
         model, settings = self.model, self.settings
-        return {**run_context(self.spec, model.count_params(), model.flops_per_token(), self.info.step,
+        return {**run_context(self.spec, model.count_params(), model.flops_per_token(self.spec.micro_batch), self.info.step,
                               self.info.weights),
                 "eval_seed": settings.seed, "suite": str(self.suite), "suite_hash": settings.suite.fingerprint,
                 **settings.place.columns(), **record_columns(self.run_dir, model, settings.place)}

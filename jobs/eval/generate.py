@@ -273,7 +273,7 @@ def generate(run_dir: str | Path, gs: GenSettings = GenSettings(), weights: str 
     length = gs.length or model.seq_len
     if length > model.seq_len:
         raise InputError(f"--length: {length} exceeds the model's context {model.seq_len}")
-    ctx = {**run_context(spec, model.count_params(), model.flops_per_token(), info.step, info.weights),
+    ctx = {**run_context(spec, model.count_params(), model.flops_per_token(spec.micro_batch), info.step, info.weights),
            "eval_seed": gs.seed, **placement(spec).columns(), **record_columns(run_dir, model, placement(spec))}
     try:
         rows, samples = generation_rows(model, spec, ctx, run_dir, gs=gs, judge_run=judge_run)

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 FLOP_CONVENTION = ("flops_per_token = 6 x (weights of every matmul: core, head (tied too), family projections; "
-                   "adaLN/time conditioning per conditioning row) + 6 x n_layer x seq_len x d_model (attention "
-                   "scores and mixing, the full seq_len x seq_len matrix: no halving for causal masks); forward + "
+                   "adaLN/time conditioning per row projected, as executed) + 6 x n_layer x seq_len x d_model "
+                   "(attention scores and mixing: the causal half of the dense products); forward + "
                    "backward = 3 x forward (Kaplan et al. 2020); embeddings, norms, biases and activation "
                    "recomputation not counted")
 

@@ -207,7 +207,7 @@ def setup(run_dir: Path, spec: RunSpec) -> Run:
     try:
         model = ckpt.model_from_spec(spec)
         batches, val_tokens = _data(spec)
-        flops_per_token = model.flops_per_token()  # before any engine partitions the weights
+        flops_per_token = model.flops_per_token(spec.micro_batch)  # the planned count; before any engine partitions
         counts = model.count_params()
         built, regrouped = _engine_spec(run_dir, spec)
         engine = make_engine(model, built)

@@ -48,6 +48,7 @@ class AOGPT(FamilyModel):
         "cond_dim": (128, positive_int()),  # AO-GPT's target-embedding width for AdaLN
     }
     GROUP_PREFIXES = {"target_cond": ("tpe",)}
+    COND_ROWS = "position"  # adaLN: every target position's row projected once per forward pass
     SPEC = FamilySpec(metrics=("l2r", "perm_mc", "ctx_ensemble"), infill_context="prefix_suffix",
                       default_arm={"target_pe": "adaln", "order": PAPER_L2R_MIX})
 

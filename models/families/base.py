@@ -140,6 +140,21 @@ def resolve_options(family: str, schema: dict, given: dict) -> dict[str, Any]:
     return options
 
 
+# Conditioning rows projected per token, by a family's COND_ROWS, for context length T and b
+# sequences per forward pass (FamilyModel.flops_per_token).
+COND_ROW_SHARE: dict[str, Callable[[int, int], float]] = {
+    "token": lambda seq_len, passes: 1.0,
+    "sequence": lambda seq_len, passes: 1.0 / seq_len,
+    "position": lambda seq_len, passes: seq_len / (passes * seq_len),
+}
+
+
+def _positive_pass(sequences_per_pass: int) -> int:
+    if isinstance(sequences_per_pass, bool) or not isinstance(sequences_per_pass, int) or sequences_per_pass < 1:
+        raise ValueError(f"sequences_per_pass: must be a positive integer, got {sequences_per_pass!r}")
+    return sequences_per_pass
+
+
 class FamilyModel(nn.Module):
     """Base of every family: one core, a token table, positions (a learned table, or RoPE in the
     core) and a head."""
@@ -151,8 +166,9 @@ class FamilyModel(nn.Module):
     GROUP_PREFIXES: dict[str, tuple[str, ...]] = {}
     n_extra_tokens = 0  # rows of the token table beyond the vocabulary (e.g. the MDM mask)
     MODULATION_GROUP = "target_cond"  # which group the core's adaLN projections belong to
-    # how many conditioning rows (adaLN inputs) a sequence carries: "token" (one per token) or
-    # "sequence" (one per sequence); `flops_per_token` charges the projections per row
+    # which conditioning rows (adaLN inputs) a forward pass projects (`COND_ROW_SHARE`): "token" (one
+    # per token), "sequence" (one per sequence) or "position" (one per position of the context, a
+    # table projected once per pass and gathered); `flops_per_token` charges the projections per row
     COND_ROWS = "token"
 
     def __init__(self, shape: Shape, vocab_size: int, seq_len: int, options: dict, cond_dim: int = 0):
@@ -239,18 +255,21 @@ class FamilyModel(nn.Module):
         counts["family_non_embedding"] = counts["non_embedding"]
         return counts
 
-    def flops_per_token(self) -> float:
-        """Training FLOPs per token (forward + backward = 3 x forward, Kaplan et al. 2020's count):
-        6 x the weights of every matmul (the core, a tied or untied head, and the family's own
-        projections) + 6·L·n_ctx·d for attention scores and mixing. Embedding lookups, adds,
-        norms and biases are free.
+    def flops_per_token(self, sequences_per_pass: int = 1) -> float:
+        """Training FLOPs per token as executed (forward + backward = 3 x forward, Kaplan et al.
+        2020's count): 6 x the weights of every matmul (the core, a tied or untied head, and the
+        family's own projections) + 6·L·n_ctx·d for attention scores and mixing (the causal half of
+        the dense products). Embedding lookups, gathers, adds, norms and biases are free.
 
-        Conditioning projections (the adaLN `modulation` Linears, the time MLP) are charged per
-        distinct conditioning row, which the family declares (`COND_ROWS`): "token" when every
-        token carries its own (AO-GPT's target positions: counted per token, as the network
-        defines it, although the code projects each position's row once per forward), "sequence"
-        when one row serves a whole sequence (MDM's noise level: 1 / seq_len of it per token).
+        Conditioning projections (the adaLN `modulation` Linears, the time MLP) are charged per row
+        the code projects (`COND_ROWS`, docs/DESIGN.md §4.5): "token", one per token; "sequence",
+        one per sequence (MDM's noise level: 1 / seq_len of a row per token); "position", AO-GPT's
+        target positions: the table of all seq_len positions is projected once per forward pass
+        and gathered, so a pass of `sequences_per_pass` (b) sequences of seq_len tokens pays
+        seq_len / (b·seq_len) = 1 / b of a row per token. The default b = 1 is the most a pass can
+        cost (every token its own row); a run passes its own (`RunSpec.micro_batch`).
         """
+        _positive_pass(sequences_per_pass)
         main = cond = 0
         for name, m in self.named_modules():
             if isinstance(m, nn.Linear):
@@ -260,8 +279,7 @@ class FamilyModel(nn.Module):
         if self.head is None:
             main += self.shape.d_model * self.vocab_size  # tied head still multiplies
         attention = self.shape.n_layer * self.seq_len * self.shape.d_model
-        per_row = 1.0 if self.COND_ROWS == "token" else 1.0 / self.seq_len
-        return 6.0 * (main + attention) + 6.0 * cond * per_row
+        return 6.0 * (main + attention) + 6.0 * cond * COND_ROW_SHARE[self.COND_ROWS](self.seq_len, sequences_per_pass)
 
     def loss(self, tokens: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """The family's training objective, mean nats per token."""

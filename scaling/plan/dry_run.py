@@ -78,7 +78,7 @@ def plan_rows(study: StudySpec) -> list[PlanRow]:
         spec = cell.spec
         shape = get_shape(spec.size)
         own, per_token = family_accounting(spec.family, spec.size, json.dumps(spec.options, sort_keys=True),
-                                           vocab_of(spec.tokenizer), spec.seq_len)
+                                           vocab_of(spec.tokenizer), spec.seq_len, spec.micro_batch)
         flops = per_token * charged_tokens(spec)
         rows.append(PlanRow(spec.run_id, spec.family, spec.variant, spec.size, spec.seed, core_params(shape),
                             spec.tokens, flops, spec.steps, network_name(spec.options), spec.ema, own, spec.role,

@@ -20,12 +20,14 @@ VOCAB_SIZES = {"bytes": 257, "gpt2": 50257}
 
 
 @functools.cache
-def family_accounting(family: str, size: str, options_json: str, vocab: int, seq_len: int) -> tuple[int, float]:
-    """(the family's own non-embedding parameters, its training FLOPs per token) at this size,
-    from a model on the meta device."""
+def family_accounting(family: str, size: str, options_json: str, vocab: int, seq_len: int,
+                      sequences_per_pass: int = 1) -> tuple[int, float]:
+    """(the family's own non-embedding parameters, its training FLOPs per token as executed by a
+    run whose forward passes hold `sequences_per_pass` sequences) at this size, from a model on
+    the meta device (`FamilyModel.flops_per_token`)."""
     with torch.device("meta"), shapes_only():
         model = build_model(family, size, vocab_size=vocab, seq_len=seq_len, **json.loads(options_json))
-    return int(model.count_params()["family_non_embedding"]), float(model.flops_per_token())
+    return int(model.count_params()["family_non_embedding"]), float(model.flops_per_token(sequences_per_pass))
 
 
 def vocab_of(tokenizer: str) -> int:

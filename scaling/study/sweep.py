@@ -16,7 +16,9 @@
 - `budgets` (training FLOPs, `--budgets 1e12,3e12,1e13`): isoFLOP profiles. Per arm and budget,
   `grid_points` sizes (default 5) spaced by `grid_step` (default 2x in core parameters) on a log
   grid centred on the predicted optimum, shapes from `models.ladder.shape_for_params`; each run's
-  tokens = budget / that family's training FLOPs per token (`FamilyModel.flops_per_token`).
+  tokens = budget / that family's training FLOPs per token as executed (`FamilyModel.flops_per_token`
+  at the run's sequences per forward pass, `sequences_per_pass`; a batch sweep's runs are planned
+  at their own batch).
   The predicted optimum is the size at which a run of `CHINCHILLA_TOKENS_PER_PARAM` tokens per
   core parameter spends the budget. `optimum_seeds`: seeds of the central `optimum_span` grid
   points (default: the study's seeds everywhere).
@@ -41,7 +43,7 @@ from typing import Any
 import models
 from models.ladder import core_params, shape_for_params, train_flops_per_token
 
-from jobs.run.recipes import CHINCHILLA_TOKENS_PER_PARAM, Budget
+from jobs.run.recipes import CHINCHILLA_TOKENS_PER_PARAM, Budget, schedule
 from jobs.train.spec_rules import FIELD_RULES
 
 SWEEP_PREFIX = "sweep_"
@@ -257,7 +259,9 @@ class Point:
     tags: tuple[tuple[str, Any], ...] = ()
 
 
-FlopsPerToken = Callable[[str, dict, str], float]  # (family, options, size) -> training FLOPs per token
+# (family, options, size[, sequences per forward pass]) -> training FLOPs per token as executed; without
+# the pass size, the study's plan for that size (`sequences_per_pass`)
+FlopsPerToken = Callable[..., float]
 
 
 def _bisect_optimum(budget_flops: float, per_token: Callable[[Any], float]) -> float:
@@ -345,15 +349,27 @@ def grid_points(settings: dict, arms: list, seeds: int, budget: Budget) -> list[
             for arm, options in arms]
 
 
+def sequences_per_pass(settings: dict, size: str, batch_size: int | None = None) -> int:
+    """Sequences in one forward pass of a run at `size` as the study plans it (`RunSpec.micro_batch`):
+    [run] micro_batch_size, else the batch (`batch_size`, else the study's, else the rung's rule)."""
+    micro = dict(settings.get("run") or {}).get("micro_batch_size")
+    batch = batch_size or settings.get("batch_size")
+    return int(micro or batch or schedule(size, Budget(seq_len=settings["seq_len"])).batch_size)
+
+
 def family_fpt(settings: dict) -> tuple[FlopsPerToken, Callable[[Any], float]]:
-    """Training FLOPs per token of (family, options, size) at the study's tokenizer and context,
-    and the analytic core count of a shape (models.ladder) at the same."""
+    """Training FLOPs per token as executed of (family, options, size[, sequences per pass]) at the
+    study's tokenizer and context (the pass size defaults to the study's plan for the size,
+    `sequences_per_pass`), and the analytic core count of a shape (models.ladder) at the same."""
     from .accounting import family_accounting, vocab_of  # noqa: PLC0415 - builds models (torch)
 
     vocab, seq_len = vocab_of(settings["tokenizer"]), settings["seq_len"]
-    return (lambda family, options, size: family_accounting(family, size, json.dumps(options, sort_keys=True),
-                                                            vocab, seq_len)[1],
-            lambda shape: float(train_flops_per_token(shape, seq_len, vocab)))
+
+    def fpt(family: str, options: dict, size: str, passes: int | None = None) -> float:
+        passes = passes or sequences_per_pass(settings, size)
+        return family_accounting(family, size, json.dumps(options, sort_keys=True), vocab, seq_len, passes)[1]
+
+    return fpt, lambda shape: float(train_flops_per_token(shape, seq_len, vocab))
 
 
 def plan(settings: dict, arms: list, seeds: int, budget: Budget, ratios: list[float] | None) -> list[Point]:
@@ -384,6 +400,7 @@ def expand(settings: dict, arms: list, seeds: int, budget: Budget, make: Make) -
     check_touches(sweep, parse_numbers("budgets", settings.get("budgets")))
     carry = carried(settings, sweep, {arm.family for arm, _ in arms})
     cells, planned = [], []
+    fpt = family_fpt(settings)[0] if settings.get("budgets") is not None else None
     for point in plan(settings, arms, seeds, budget, ratios):
         tags = dict(point.tags)
         base = point.budget
@@ -398,10 +415,14 @@ def expand(settings: dict, arms: list, seeds: int, budget: Budget, make: Make) -
                 else:
                     run_fields[field] = value
             combo_tags = {**tags, **{SWEEP_PREFIX + name: value for name, value in combo.items()}}
+            if fpt is not None and "batch_size" in combo:  # the pass size is part of the FLOPs per token
+                passes = sequences_per_pass(settings, point.size, combo["batch_size"])
+                tokens = max(1, int(tags["budget_flops"] / fpt(point.arm.family, point.options, point.size, passes)))
+                run_budget, combo_tags["plan_tokens"] = replace(run_budget, tokens=tokens), tokens
             cells.append(make(point.arm, point.options, point.size, point.seed, run_budget, run_fields, combo_tags))
             planned.append((point, cells[-1]))
-    if settings.get("budgets") is not None:
-        check_budget_costs(planned, family_fpt(settings)[0])
+    if fpt is not None:
+        check_budget_costs(planned, fpt)
     return with_branches(cells, settings)
 
 
@@ -412,7 +433,7 @@ def check_budget_costs(planned: list[tuple[Point, Any]], fpt: FlopsPerToken) -> 
     over = []
     for point, cell in planned:
         budget_flops = dict(point.tags)["budget_flops"]
-        cost = fpt(point.arm.family, point.options, point.size) * cell.spec.tokens
+        cost = fpt(point.arm.family, point.options, point.size, cell.spec.micro_batch) * cell.spec.tokens
         if cost > budget_flops * (1 + BUDGET_TOLERANCE):
             over.append((budget_flops, core_params_of(point.size), cost, cell.spec))
     if not over:

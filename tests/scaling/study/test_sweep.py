@@ -60,6 +60,26 @@ def test_budgets_plan_isoflop_profiles_of_each_familys_own_flops():
     assert ctx["budget_flops"] == 1e12 and ctx["plan_tokens"] >= 1
 
 
+def test_a_budget_plans_aogpt_on_its_executed_flops_at_each_swept_batch():
+    """AO-GPT's adaLN table costs once per forward pass, so its FLOPs per token depend on the pass:
+    each swept batch plans its own tokens (AR's do not move) and spends the budget as executed."""
+    from models import build_model  # noqa: PLC0415
+
+    study = build_study({**BASE, "families": "ar,aogpt", "budgets": "1e12", "sizes": None,
+                         "sweep": ["batch_size=4,32"]})
+    tokens = {}
+    for cell in study.cells:
+        spec = cell.spec
+        tokens.setdefault((spec.family, spec.size), {})[spec.batch_size] = dict(spec.tracking)["plan_tokens"]
+        if spec.family == "aogpt":
+            model = build_model("aogpt", spec.size, vocab_size=257, seq_len=spec.seq_len, **spec.options)
+            per_token = model.flops_per_token(spec.batch_size)
+            assert dict(spec.tracking)["plan_tokens"] == int(1e12 / per_token)
+            assert 1e12 <= per_token * spec.tokens <= 1e12 + per_token * spec.batch_size * spec.seq_len
+    assert all(t[4] == t[32] for (family, _), t in tokens.items() if family == "ar")
+    assert all(t[4] < t[32] for (family, _), t in tokens.items() if family == "aogpt")
+
+
 def test_the_grid_is_logarithmic_around_the_optimum_and_seeds_gather_there():
     sizes = grid_sizes(3e5, 5, 2.0)
     params = [core_params(get_shape(s)) for s in sizes]
