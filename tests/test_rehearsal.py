@@ -39,7 +39,8 @@ pytestmark = [pytest.mark.slurm, pytest.mark.multinode, pytest.mark.rehearsal, p
 STEP_TIMEOUT_S = 600  # the two-node job: queue, prepare, DeepSpeed start, one 125M step on 1 core
 USED_BY = ["--sizes", "125M", "--seeds", "1", "--max-steps", "2"]
 REHEARSAL = ["--families", "ar", "--batch-size", "2", "--tokenizer", "gpt2", "--eval-suite", "quick",
-             "--set", "run.precision=bf16", "--set", "resources.zero_stage=2", "--engine", "deepspeed",
+             "--set", "run.precision=bf16", "--set", "resources.zero_stage=2", "--set", "resources.log_every=1",
+             "--engine", "deepspeed",
              "--no-progress", "--backend", "slurm", "--slurm-partition", "debug", "--slurm-time", "30",
              "--cpus-per-task", "1", "--slurm-prepare-cpus", "1"]
 
