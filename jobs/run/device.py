@@ -37,7 +37,8 @@ def device_bytes(device: torch.device) -> int:
     processes (all of them taken to be on this machine: exact for one node, cautious for more)."""
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).total_memory
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // environment.world_size()
+    ranks = environment.world_size()
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // ranks
 
 
 def use_bf16(spec, device: torch.device) -> bool:
