@@ -162,3 +162,14 @@ def test_rounds_and_predictions_that_lead_out_of_the_study_are_refused_and_nothi
     with pytest.raises(InputError, match="3e14.json: is a FIFO"):
         rounds.write_predictions(study_dir, front, plan)
     assert snapshot(outside) == {str(outside): before[str(outside)]}
+
+
+def test_carry_lr_from_a_study_whose_report_leads_outside_it_is_refused(tmp_path):
+    from analysis.records.carry import carried_lr  # noqa: PLC0415
+
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "fits.json").write_text(json.dumps({"selection": {"chosen": []}}))
+    (tmp_path / "study").mkdir()
+    (tmp_path / "study" / "report").symlink_to(tmp_path / "outside")
+    with pytest.raises(InputError, match="report/fits.json is a symbolic link leading outside"):
+        carried_lr(tmp_path / "study")
