@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .faults import FAULT_POINTS
 
 
 @dataclass(frozen=True)
@@ -225,8 +226,8 @@ VARIABLES: tuple[Switch | Variable, ...] = (
              _folder, None, "models.kernels"),
     Variable("AOSCALE_DATA", "an existing folder", "local copies of evaluation sets", _existing_folder, None,
              "jobs.data.datasets, jobs.eval"),
-    Variable("AOSCALE_FAULT", "a fault point's name (letters, digits, _ . -)", "kill this process at that point "
-             "(tests only)", _pattern(ID), None, "cli.faults", test_only=True),
+    Variable("AOSCALE_FAULT", f"one of cli.faults' points ({', '.join(FAULT_POINTS)})", "kill this process at "
+             "that point (tests only)", _pattern("|".join(map(re.escape, FAULT_POINTS))), None, "cli.faults", test_only=True),
     Variable("OMP_NUM_THREADS", "a whole number >= 1 (or OpenMP's per-level list, 4,2)", "threads per process",
              _threads, None, "torch; set by jobs.executors.ray_tune"),
     Variable("CUDA_VISIBLE_DEVICES", "GPU indices or GPU-/MIG- UUIDs, comma-separated ('' or -1: none)",

@@ -13,6 +13,10 @@ import os
 import signal
 
 FAULT_ENV = "AOSCALE_FAULT"
+# Every point a call site names (`grep -rn fault_point`); `AOSCALE_FAULT` naming another is refused
+# by cli.environment (a misspelt point would kill nothing and the kill test would pass in silence).
+FAULT_POINTS = ("tokencache.shard_done", "evaluate.before_records", "relaunch-journalled", "relaunch-study-written",
+                "relaunch-spec-written", "build_dir.staged")
 
 
 def fault_point(name: str) -> None:

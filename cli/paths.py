@@ -7,8 +7,9 @@ special files wherever a file or folder is expected), and any other OS error met
 it. `not_nested` refuses a
 folder inside another study or run (a folder holding one of the marker files), so one study
 never writes into another's files. `within` is the one rule for an id or name read from a file
-(study.json's `order` and `name`, a run id, `branch_from`) that becomes a path: one safe path
-component (`cli.rules.name`) whose folder stays inside its root.
+(study.json's `order` and `name`, a run id, `branch_from`) or a study's own folder (`rounds/`,
+`predictions/`, `report/`) that becomes a path: safe path components (`cli.rules.name`) whose
+path, symbolic links resolved, stays inside its root.
 """
 from __future__ import annotations
 
@@ -97,17 +98,21 @@ def not_nested(field: str, path: Path, markers: dict[str, tuple[str, ...]], allo
                              f"any {kind}")
 
 
-def within(field: str, root: str | os.PathLike, name: object) -> Path:
-    """`root / name` for an id read from a file: `name` is one safe path component (`rules.name`:
-    no `/`, no `..`, no leading dot) and, where it exists, does not lead outside `root` through a
-    symbolic link. InputError naming `field` otherwise; nothing is created."""
-    rules.name(field, name)
-    path = Path(root) / str(name)
+def within(field: str, root: str | os.PathLike, *names: object) -> Path:
+    """`root / name / ...` for ids or fixed folder names that become a path below `root` (a run id
+    read from a file, a study's `rounds/`, `predictions/` or `report/` and the files in them): each
+    name is one safe path component (`rules.name`: no `/`, no `..`, no leading dot) and the path,
+    symbolic links resolved first (where it exists, and each folder on the way), stays inside
+    `root`. InputError naming `field` otherwise; nothing is created."""
+    path = Path(root)
+    for name in names:
+        rules.name(field, name)
+        path = path / str(name)
     try:
-        escapes = path.is_symlink() and not path.resolve().is_relative_to(Path(root).resolve())
+        escapes = not path.resolve().is_relative_to(Path(root).resolve())
     except (OSError, RuntimeError):
         escapes = True
     if escapes:
         raise InputError(f"{field}: {path} is a symbolic link leading outside {root}; replace the link with "
-                         "the folder itself")
+                         "the folder or file itself")
     return path

@@ -28,7 +28,8 @@ import polars as pl
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the sections read models.ladder, with or without an installed aoscale
-from cli import InputError, one_line, outputs, schema  # noqa: E402 - after the path above
+from analysis import MIN_BOOTSTRAP  # noqa: E402 - after the path above
+from cli import InputError, one_line, outputs, rules, schema  # noqa: E402 - after the path above
 from cli.paths import refuse_special, user_path  # noqa: E402
 from jobs.run import numerics  # noqa: E402
 
@@ -508,6 +509,29 @@ def read_fits(report_dir: Path) -> dict:
     return schema.load_json(report_dir / FITS_FILE, schema.FITS, default={})
 
 
+def check_flags(args: argparse.Namespace) -> None:
+    """The flags passed on to each study, checked before the book writes anything: --bootstrap at
+    least MIN_BOOTSTRAP, --max-steps and --seeds whole numbers >= 1, --sizes not empty, --out a
+    folder path that is not the current folder."""
+    rules.at_least("--bootstrap", _whole("--bootstrap", args.bootstrap), MIN_BOOTSTRAP)
+    for flag in ("--max-steps", "--seeds"):
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value is not None:
+            rules.positive_int(flag, _whole(flag, value))
+    if args.sizes is not None and not args.sizes.strip(","):
+        raise InputError("--sizes: empty; give sizes such as 2/48/2,0.1M")
+    user_path("--out", args.out)
+    if Path(args.out).resolve() == Path.cwd().resolve():
+        raise InputError(f"--out: {args.out!r} is the current folder; give a folder of its own (e.g. {DEFAULT_OUT})")
+
+
+def _whole(flag: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise InputError(f"{flag}: {text!r} is not a whole number; give one such as 2") from None
+
+
 def check_book_out(out: Path, studies_root: Path, force: bool) -> None:
     """Refuse an --out the book does not own (cli.outputs): a study, a run, a report, another
     studies root's book (unless --force), a folder of other files, a special file."""
@@ -538,6 +562,7 @@ def main(argv: list[str] | None = None) -> int:
             extra += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
     out, failed = Path(args.out), 0
     try:  # bad input: refused before anything is written
+        check_flags(args)
         runs = read_runs(Path(args.studies_root), args.presets.split(",")) if args.sections_only else {}
         check_book_out(out, Path(args.studies_root), args.force)
     except InputError as error:

@@ -25,13 +25,20 @@ spread over more than one GPU train with DeepSpeed, as scaling.launch makes them
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import math
+import os
+import re
 import sys
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from cli import InputError, Parser, float_arg, int_arg, parse, run_main, schema
+from cli.paths import within
+from cli.durable import fsync_dir
 from jobs.run import files as runfiles
 from jobs.run.spec import RunSpec
 from models.ladder import core_params, get_shape, shape_for_params
@@ -53,26 +60,97 @@ DONE = "done"
 ENTRY_KEYS = ("family", "variant", "dataset", "split", "metric")  # a prediction's frontier entry
 
 
+ROUND_NAME = re.compile(r"round-([0-9]+)\.json")  # ASCII digits only ('round-\u00b2.json' is no round)
+
+
+def study_path(study_dir: Path, *names: str) -> Path:
+    """A path of the study's own (`rounds/round-3.json`, `predictions/3e11.json`): inside the study
+    with symbolic links resolved (cli.paths.within), else one line naming it."""
+    return within("/".join(names), study_dir, *names)
+
+
 def round_files(study_dir: Path) -> list[Path]:
-    """`rounds/round-<n>.json` in round order."""
-    found = (study_dir / ROUNDS_DIR).glob("round-*.json")
-    return sorted(found, key=lambda p: int(p.stem.split("-")[1]) if p.stem.split("-")[1].isdigit() else -1)
+    """`rounds/round-<n>.json` in round order. Anything else in `rounds/` (another name, a folder,
+    a special file) or a `rounds` that is no folder is refused in one line: it is not skipped."""
+    folder = study_path(study_dir, ROUNDS_DIR)
+    if not folder.exists():
+        return []
+    if not folder.is_dir():
+        raise InputError(f"{folder} is not a folder; move it away and relaunch (it holds round-<n>.json)")
+    found = []
+    for path in folder.iterdir():
+        match = ROUND_NAME.fullmatch(path.name)
+        if path.name.startswith("."):  # an atomic write's temporary file
+            continue
+        if match is None or int(match.group(1)) < 1:
+            raise InputError(f"{path} is not a round file (round-<n>.json, n >= 1); move it out of {folder} "
+                             "and relaunch")
+        found.append((int(match.group(1)), study_path(study_dir, ROUNDS_DIR, path.name)))
+    return [path for _, path in sorted(found)]
 
 
 def read_round(path: Path) -> dict:
     """A round file, checked by cli.schema.ROUND: InputError naming the file, the key and the fix
-    when it is damaged (its run ids are ids: one safe path component each)."""
-    return schema.load_json(path, schema.ROUND)
+    when it is damaged (its run ids are ids: one safe path component each). Its number is its
+    file's, and each row's run id, seed and lr are its spec's (`check_rows`)."""
+    doc = schema.load_json(path, schema.ROUND)
+    match = ROUND_NAME.fullmatch(path.name)
+    if match is not None and doc["round"] != int(match.group(1)):
+        raise InputError(f"{path}: round: {doc['round']} is not the file's number {match.group(1)}; "
+                         f"{schema.ROUND.fix}")
+    check_rows(path, doc)
+    return doc
+
+
+def check_rows(path: Path, doc: dict) -> None:
+    """Each row's run id, seed and lr are those of the spec it records (the spec is what trains; a
+    row naming another run would resume a round that never ends)."""
+    for i, row in enumerate(doc["runs"]):
+        try:
+            spec = RunSpec.from_dict(dict(row["spec"]))
+        except (KeyError, TypeError, ValueError) as error:
+            raise InputError(f"{path}: runs[{i}].spec does not load ({str(error).splitlines()[0]}); "
+                             f"{schema.ROUND.fix}") from None
+        for key, value in (("run_id", spec.run_id), ("seed", spec.seed), ("lr", spec.lr)):
+            if row[key] != value:
+                raise InputError(f"{path}: runs[{i}].{key}: {row[key]!r} is not its spec's {value!r}; "
+                                 f"{schema.ROUND.fix}")
+
+
+def recorded(study_dir: Path) -> list[dict]:
+    """Every recorded round, each read and checked (a damaged one stops here, in one line)."""
+    return [read_round(path) for path in round_files(study_dir)]
 
 
 def unfinished(study_dir: Path) -> dict | None:
     """The last round when some of its runs are not done (a killed round: it resumes)."""
-    files = round_files(study_dir)
-    if not files:
+    docs = recorded(study_dir)
+    if not docs:
         return None
-    doc = read_round(files[-1])
+    doc = docs[-1]
     left = [r["run_id"] for r in doc["runs"] if study_ledger.view(study_dir, r["run_id"]).state != DONE]
     return doc if left else None
+
+
+def next_number(study_dir: Path) -> int:
+    """The next round's number: one past the highest recorded (never a count of files)."""
+    return max((doc["round"] for doc in recorded(study_dir)), default=0) + 1
+
+
+@contextlib.contextmanager
+def one_at_a_time(study_dir: Path) -> Iterator[None]:
+    """An exclusive flock on the study folder itself (nothing is written) while a `scaling.rounds`
+    plans, records and trains: a second one on the same study is refused in one line."""
+    fd = os.open(study_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InputError(f"another scaling.rounds is extending {study_dir}; wait for it to finish "
+                             "(one at a time per study)") from None
+        yield
+    finally:
+        os.close(fd)
 
 
 def budget_name(budget_flops: float) -> str:
@@ -85,11 +163,15 @@ def existing_study(study_dir: Path) -> StudySpec:
     """The study as its ledger holds it: study.json's settings and every run's spec.json."""
     doc = study_ledger.read_study(study_dir)
     if doc is None:
-        raise InputError(f"rounds: {study_dir} holds no study.json; launch the study first "
+        raise InputError(f"{study_dir} holds no study.json; launch the study first "
                          "(python -m scaling.launch --preset frontier --study-dir ...)")
     cells = tuple(Cell(study_ledger.load_spec(study_dir, r), tuple(sorted((doc["runs"][r].get("factors") or {}).items())), r)
                   for r in doc["order"])
-    return StudySpec(str(doc["name"]), tuple(sorted((doc.get("settings") or {}).items())), cells)
+    study = StudySpec(str(doc["name"]), tuple(sorted((doc.get("settings") or {}).items())), cells)
+    if not _templates(study):
+        raise InputError(f"{study_dir} is not an isoFLOP study (no compared run holds a budget_flops); "
+                         "scaling.rounds extends a frontier study (python -m scaling.launch --preset frontier)")
+    return study
 
 
 def _templates(study: StudySpec) -> dict[tuple[str, str], RunSpec]:
@@ -156,7 +238,7 @@ def resumed_cells(study: StudySpec, doc: dict) -> list[Cell]:
         try:
             spec = RunSpec.from_dict(dict(row["spec"]))
         except (KeyError, TypeError, ValueError) as error:
-            raise InputError(f"rounds: round {doc.get('round')} run {row.get('run_id')}: its spec does not load "
+            raise InputError(f"round {doc.get('round')} run {row.get('run_id')}: its spec does not load "
                              f"({str(error).splitlines()[0]}); move the round file away and relaunch") from None
         factors = next((c.factors for c in study.cells if (c.spec.family, c.spec.variant) == (spec.family, spec.variant)),
                        ())
@@ -188,16 +270,15 @@ def write_predictions(study_dir: Path, front, plan: frontier_plan.RoundPlan) -> 
     the budget is added beside it."""
     written = []
     for budget, doc in frontier_plan.predictions(front, list(plan.new_budgets)).items():
-        path = study_dir / PREDICTIONS_DIR / f"{budget_name(budget)}.json"
-        try:
-            old = runfiles.read_json(path, default=None)
-        except (OSError, ValueError):
-            raise InputError(f"rounds: {path} is not a readable prediction; move it away and relaunch") from None
-        kept = old.get("entries", []) if isinstance(old, dict) else []
+        path = study_path(study_dir, PREDICTIONS_DIR, f"{budget_name(budget)}.json")
+        old = schema.load_json(path, schema.PREDICTIONS)  # a FIFO, a device or a damaged file: one line
+        kept = old["entries"] if old is not None else []
         seen = {tuple(e.get(k) for k in ENTRY_KEYS) for e in kept}
         new = [e for e in doc["entries"] if tuple(e.get(k) for k in ENTRY_KEYS) not in seen]
         if not new:
             continue
+        if path.parent.exists() and not path.parent.is_dir():
+            raise InputError(f"{path.parent} is not a folder; move it away and relaunch")
         path.parent.mkdir(parents=True, exist_ok=True)
         runfiles.atomic_write_json(path, {**doc, "entries": kept + new, "written_before_training": True})
         written.append(path)
@@ -217,31 +298,48 @@ def describe(doc: dict, cores: int) -> str:
     return "\n".join(lines)
 
 
-def next_round(study_dir: Path, config: frontier_plan.PlanConfig, resamples: int) -> tuple[dict | None, StudySpec]:
-    """The unfinished round, or the one the planner adds (None when every criterion holds), and the
-    study extended by it."""
+def next_round(study_dir: Path, config: frontier_plan.PlanConfig, resamples: int) -> tuple[dict, StudySpec]:
+    """The unfinished round, or the one the planner adds, and the study extended by it; a round
+    with no runs is the planner's verdict (its checks: every one met, or those it cannot meet)."""
+    pending = unfinished(study_dir)  # every recorded round read first: a damaged one is named
     study = existing_study(study_dir)
-    pending = unfinished(study_dir)
     if pending is not None:
         return pending, extended(study, resumed_cells(study, pending))
     points, front = frontier_plan.read_study(study_dir, resamples)
     plan = frontier_plan.plan_round(points, config, shape_n)
     cells = round_cells(study, plan)
+    doc = round_doc(next_number(study_dir), plan, cells)
     if not cells:
-        return None, study
-    doc = round_doc(len(round_files(study_dir)) + 1, plan, cells)
+        return doc, study
     doc["_front"], doc["_plan"] = front, plan  # for writing; dropped before the file
     return doc, extended(study, [c for _, c in cells])
 
 
 def commit_round(study_dir: Path, doc: dict) -> None:
-    """Predictions first, then the round file (atomic): the round is then resumable."""
+    """Predictions first, then the round file (written once: never over a recorded round); the
+    round is then resumable."""
     front, plan = doc.pop("_front", None), doc.pop("_plan", None)
     if plan is not None:
+        path = study_path(study_dir, ROUNDS_DIR, f"round-{doc['round']}.json")
+        round_files(study_dir)  # `rounds` a file, or a stranger in it: refused before a prediction is written
         doc["predictions"] = [str(p.relative_to(study_dir)) for p in write_predictions(study_dir, front, plan)]
-        path = study_dir / ROUNDS_DIR / f"round-{doc['round']}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        runfiles.atomic_write_json(path, doc)
+        write_once(path, doc)
+
+
+def write_once(path: Path, doc: dict) -> None:
+    """`doc` as `path`, written in full beside it and linked into place: a file already there (a
+    recorded round) is never replaced; InputError instead."""
+    tmp = path.with_name(f".{path.name}.new")
+    runfiles.atomic_write_json(tmp, doc)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise InputError(f"{path} is already recorded; it is never replaced (relaunch: the round "
+                         "resumes)") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(path.parent)
 
 
 # ---- the command ----------------------------------------------------------------------------------------
@@ -285,38 +383,68 @@ def _train(study_dir: Path, study: StudySpec, args: Any, backend: Backend, optio
     return launch.launch(launch.parser().parse_args(flags), study, study_dir, options)
 
 
+def verdict(study: StudySpec, doc: dict, rounds_done: int) -> str:
+    """The planner's verdict on a round with no runs: every criterion met, or the checks it
+    reports unmet though it adds nothing for them."""
+    unmet = [c for c in doc["checks"] if not c["met"]]
+    if not unmet:
+        return f"study {study.name}: every criterion met after {rounds_done} round(s); nothing to add"
+    lines = [f"study {study.name}: {len(unmet)} of {len(doc['checks'])} checks unmet after {rounds_done} round(s), "
+             "and the planner adds no run for them (raise --max-round-flops, or see the checks)"]
+    return "\n".join(lines + [f"  unmet: {c['criterion']} {c['subject']}: {c['detail']}" for c in unmet])
+
+
+def progress(study_dir: Path, doc: dict) -> tuple:
+    """What a pass can change: the round and its runs' states (a pass that changes none ends the loop)."""
+    return doc["round"], tuple(study_ledger.view(study_dir, r["run_id"]).state for r in doc["runs"])
+
+
 def rounds(args: Any) -> int:
-    """Plan, record and train rounds until every criterion holds or the cap (module doc)."""
+    """Plan, record and train rounds until every criterion holds or the cap (module doc); one
+    `scaling.rounds` per study at a time (a dry-run takes no lock: it writes nothing)."""
     study_dir = Path(args.study)
     if not (study_dir / study_ledger.STUDY_FILE).is_file():
         raise InputError(f"study: {study_dir} holds no {study_ledger.STUDY_FILE}; launch the study first")
     backend = check_backend(args)
     options = backend.options(args)  # refused (one line, exit 2) before any round is written
+    with contextlib.nullcontext() if args.dry_run else one_at_a_time(study_dir):
+        status = _rounds(study_dir, args, backend, options)
+    if status is None:
+        return 0
+    if not status and not args.no_report:
+        from .launch import write_report  # noqa: PLC0415 - imported only after training
+
+        print(f"report: {write_report(study_dir, args.bootstrap) / 'report.md'}")
+    return status
+
+
+def _rounds(study_dir: Path, args: Any, backend: Backend, options: Any) -> int | None:
+    """The loop (`rounds`): None after a dry-run, else the exit status."""
     config = frontier_plan.PlanConfig(max_round_flops=args.max_round_flops)
-    status = 0
+    before = None
     while True:
         doc, study = next_round(study_dir, config, MIN_BOOTSTRAP)  # the plan reads no Approach-3 interval
-        if doc is None:
-            print(f"study {study.name}: every criterion met after {len(round_files(study_dir))} round(s); nothing to add")
-            break
+        if not doc["runs"]:
+            print(verdict(study, doc, len(round_files(study_dir))))
+            return None if args.dry_run else 0
         print(describe(doc, args.max_parallel or usable_cores()), flush=True)
         if args.dry_run:
             if backend.describe is not None:
                 todo = [r for r in doc["runs"] if study_ledger.view(study_dir, r["run_id"]).state != DONE]
                 print(backend.describe(options, study_dir, len(todo)))
-            return 0
+            return None
         if "_plan" in doc and len(round_files(study_dir)) >= args.max_rounds:
             print(f"study {study.name}: {args.max_rounds} rounds recorded (--max-rounds); not starting another")
-            break
+            return 0
+        if "_plan" not in doc and progress(study_dir, doc) == before:
+            print(f"rounds: round {doc['round']}: a pass trained none of its unfinished runs and changed nothing; "
+                  "stopping (python -m scaling.status shows why)", file=sys.stderr)
+            return 1
         commit_round(study_dir, doc)
         status = _train(study_dir, study, args, backend, options)
         if status:
             return status
-    if not args.no_report and not args.dry_run:
-        from .launch import write_report  # noqa: PLC0415 - imported only after training
-
-        print(f"report: {write_report(study_dir, args.bootstrap) / 'report.md'}")
-    return status
+        before = progress(study_dir, doc)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -324,8 +452,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(parser(), argv)
     if isinstance(args, int):
         return args
-    if args.max_rounds < 1 or not (args.max_round_flops is None or math.isfinite(args.max_round_flops)):
-        print("rounds: --max-rounds must be >= 1 and --max-round-flops finite", file=sys.stderr)
+    if args.max_rounds < 1:
+        print(f"rounds: --max-rounds: {args.max_rounds} must be >= 1; give a count of rounds", file=sys.stderr)
+        return 2
+    if not (args.max_round_flops is None or (math.isfinite(args.max_round_flops) and args.max_round_flops > 0)):
+        print(f"rounds: --max-round-flops: {args.max_round_flops:g} must be a finite number > 0 (FLOPs a round may "
+              "spend on an upward budget); give e.g. 1e15", file=sys.stderr)
         return 2
     return run_main("rounds", lambda: rounds(args))
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cli import InputError, rules, schema
+from cli.paths import within
 from analysis.records.selection import FALLBACK_METRIC, SWEEP_PREFIX, cell_label
 
 CARRY_METRIC = FALLBACK_METRIC  # nll_l2r: every family reports it, and selection's per-M metrics follow it
@@ -42,7 +43,7 @@ def read_selection(study_dir: Path) -> dict:
     """fits.json's `selection` of a study's report, checked by cli.schema.FITS; InputError naming
     the fix when absent or damaged (the file, the key and what was expected)."""
     try:
-        doc = schema.load_json(study_dir / "report" / "fits.json", schema.FITS)
+        doc = schema.load_json(within(FLAG, study_dir, "report", "fits.json"), schema.FITS)  # inside the study
     except InputError as error:
         raise InputError(f"{FLAG}: {error}") from None
     if doc is None:

@@ -100,6 +100,21 @@ def read_status(run_dir: str | Path) -> dict[str, Any]:
         return rebuild_status(run_dir, str(error))
 
 
+def repair_status(run_dir: str | Path) -> bool:
+    """Write back a damaged status.json rebuilt (`rebuild_status`), atomically, so whoever reads it
+    next (a report, scaling.status) reads a true one; True when it was rebuilt. The caller holds
+    the run (its lock is free): a live worker owns its status. A folder there is left as it is."""
+    path = Path(run_dir) / STATUS_FILE
+    try:
+        schema.load_json(path, schema.STATUS)
+        return False
+    except InputError as error:
+        if path.is_dir() and not path.is_symlink():
+            return False
+        atomic_write_json(path, rebuild_status(run_dir, str(error)))
+        return True
+
+
 def checkpoint_steps(run_dir: str | Path) -> list[int]:
     """Steps of the committed checkpoint directories (unverified), ascending."""
     root = Path(run_dir) / CKPT_DIR

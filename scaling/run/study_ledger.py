@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -191,6 +192,17 @@ def prepare(study_dir: str | Path, study: StudySpec, extending: bool = False) ->
         specs = {run_dir(path, cell.run_id).name: json.dumps(cell.spec.to_dict(), indent=2, sort_keys=True) + "\n"
                  for cell in study.cells}
         journal.apply(path, json.loads(json.dumps(study.to_dict(), default=str)), specs)
+        repair_statuses(path, study.run_ids)
+
+
+def repair_statuses(study_dir: Path, run_ids: Iterable[str]) -> None:
+    """Each idle run's damaged status.json written back as rebuilt from its checkpoints
+    (jobs.run.files.repair_status): a relaunch leaves every status readable, so the report reads
+    what the scheduler saw."""
+    for run_id in run_ids:
+        directory = run_dir(study_dir, run_id)
+        if directory.is_dir() and not lock_held(directory):
+            runfiles.repair_status(directory)
 
 
 @dataclass(frozen=True)

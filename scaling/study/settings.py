@@ -278,6 +278,8 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
         if dot and table not in TABLES:
             raise InputError(f"set: {key} is not a setting; a dotted key sets a field of {', '.join(TABLES)}")
         value = set_value(text.strip())
+        if (field in out.get(table, {})) if dot else (key in out):
+            raise InputError(f"set: {key} is given twice by --set; give it once")
         if dot:
             out.setdefault(table, {})[field] = value
         else:
@@ -339,20 +341,23 @@ class StudySettings:
 
     @property
     def planned_runs(self) -> int:
-        """Compared runs of the plan, counted before any is built: (sizes, or budgets x grid points)
-        x data ratios x seeds x arms x the study-wide sweep's combinations (an upper bound where a
-        sweep is per family or at one budget)."""
+        """Compared runs of the plan, counted before any is built: (sizes x seeds, or budgets x a
+        profile's runs, its central sizes at `optimum_seeds`: sweep.profile_runs) x data ratios x
+        arms x the study-wide sweep's combinations (an upper bound where a sweep is per family or at
+        one budget)."""
         values = dict(self.values)
-        points = len(self.sizes)
+        runs = len(self.sizes) * self.seeds
         if values.get("budgets") is not None:
-            points = len(values["budgets"]) * values.get("grid_points", sweep.DEFAULT_GRID_POINTS)
+            runs = len(values["budgets"]) * sweep.profile_runs(values.get("grid_points", sweep.DEFAULT_GRID_POINTS),
+                                                                self.seeds, values.get("optimum_seeds"),
+                                                                values.get("optimum_span"))
         ratios = values.get("tokens_per_param")
-        points *= len(ratios) if isinstance(ratios, list) else 1
+        runs *= len(ratios) if isinstance(ratios, list) else 1
         combos = 1
         for axis in ({} if values.get("sweep") is None else
                      dict(sweep.parse_sweep(values["sweep"], {a.family for a in self.arms}).common)).values():
             combos *= len(axis)
-        return points * self.seeds * len(self.arms) * combos
+        return runs * len(self.arms) * combos
 
     def canonical(self) -> dict[str, Any]:
         """study.json's `settings`: the merged values, arms as dicts."""

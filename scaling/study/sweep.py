@@ -64,6 +64,8 @@ DEFAULT_GRID_STEP = 2.0
 # that overshoots by more than this share cannot stand for its budget (it needs about 4+ steps).
 BUDGET_TOLERANCE = 0.25
 MIN_GRID_POINTS = 5  # an isoFLOP parabola needs curvature on both sides of its minimum
+MAX_PLAN_PARAMS = 1e13  # a planned shape's core parameters: 5x the largest dense model reported (1.8e12)
+MAX_GRID_DECADES = 300.0  # a grid's widest size, n_opt * step ** (4 * points), stays a finite float64 (< 1.8e308)
 OPTIMUM_BISECTIONS = 14  # ln(1e10) / 2^14: the predicted optimum to 0.15 %, finer than shapes snap
 
 
@@ -296,7 +298,25 @@ def grid_sizes(n_opt: float, points: int, step: float) -> list[str]:
             label = shape_for_params(n_opt * step ** offset).label
             if label not in sizes and len(sizes) < points:
                 sizes.append(label)
+    widest = max(core_params_of(size) for size in sizes)
+    if widest > MAX_PLAN_PARAMS:
+        raise ValueError(f"grid_step: {step:g} over {points} sizes reaches {widest:.3g} core parameters, more than "
+                         f"{MAX_PLAN_PARAMS:.0e}; give a ratio such as 1.6 to 4")
     return sorted(sizes, key=core_params_of)
+
+
+def central(index: int, points: int, span: int) -> bool:
+    """Whether a profile's `index`-th of `points` sizes is one of its `span` central ones."""
+    return abs(index - (points - 1) / 2) <= (span - 1) / 2 + 1e-9
+
+
+def profile_runs(points: int, seeds: int, optimum_seeds: int | None, span: int | None) -> int:
+    """Runs of one isoFLOP profile, from its numbers alone (`budget_points` builds as many): its
+    `span` central sizes at `optimum_seeds` seeds (default `seeds`), the others at `seeds`."""
+    half, centre = ((span or 1) - 1) / 2 + 1e-9, (points - 1) / 2
+    low, high = max(0, math.ceil(centre - half)), min(points - 1, math.floor(centre + half))
+    n_central = max(0, high - low + 1)
+    return n_central * (optimum_seeds or seeds) + (points - n_central) * seeds
 
 
 def budget_points(settings: dict, arms: list, seeds: int, budget: Budget, fpt: FlopsPerToken,
@@ -308,16 +328,18 @@ def budget_points(settings: dict, arms: list, seeds: int, budget: Budget, fpt: F
     step = _positive(settings, "grid_step", DEFAULT_GRID_STEP, float)
     if step <= 1:
         raise ValueError(f"grid_step: must exceed 1 (a ratio of core parameters), got {step}")
+    if 4 * points_n * math.log10(step) > MAX_GRID_DECADES:  # grid_sizes reaches step ** (4 * points)
+        raise ValueError(f"grid_step: {step:g} over {points_n} sizes spans more than 1e{MAX_GRID_DECADES:g} in "
+                         "core parameters; give a ratio such as 1.6 to 4")
     extra_seeds = _positive(settings, "optimum_seeds", seeds, int)
     span = _positive(settings, "optimum_span", 1, int)
     out = []
     for flops in parse_numbers("budgets", settings["budgets"]):
         for arm, options in arms:
             sizes = grid_sizes(predicted_optimum(flops, arm.family, options, fpt, analytic), points_n, step)
-            centre = (len(sizes) - 1) / 2
             for i, size in enumerate(sizes):
                 tokens = max(1, int(flops / fpt(arm.family, options, size)))
-                n_seeds = extra_seeds if abs(i - centre) <= (span - 1) / 2 + 1e-9 else seeds
+                n_seeds = extra_seeds if central(i, len(sizes), span) else seeds
                 tags = (("budget_flops", flops), ("plan_tokens", tokens))
                 out += [Point(arm, options, size, seed, replace(budget, tokens=tokens, max_tokens=None), tags)
                         for seed in range(n_seeds)]

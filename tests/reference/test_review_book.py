@@ -225,3 +225,16 @@ def test_a_declared_contradicts_falls_back_to_open_when_the_paired_interval_hold
                                  .otherwise(pl.col("value")).alias("value"))  # one seed now favours 0.9999
     text = review_book.verdict_md("ema-long-cpu", points, noisy)
     assert text.startswith("**Verdict: open.**") and "needs a paired interval that excludes 0" in text
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--out", ""], "--out: empty path"), (["--out", "."], "is the current folder"),
+    (["--bootstrap", "x"], "--bootstrap: 'x' is not a whole number"), (["--bootstrap", "3"], "--bootstrap: 3"),
+    (["--max-steps", "0"], "--max-steps: 0"), (["--seeds", "abc"], "--seeds: 'abc'"), (["--sizes", ","], "--sizes: empty")])
+def test_the_books_flags_are_refused_in_one_line_before_it_writes(tmp_path, monkeypatch, capsys, argv, named):
+    """issue 49 item 5: exit 2, one line, nothing written (the out folder is not created)."""
+    monkeypatch.chdir(tmp_path)
+    assert review_book.main(["--presets", "pe-cpu", "--studies-root", "sr", *argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and named in err, err
+    assert list(tmp_path.iterdir()) == []
