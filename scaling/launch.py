@@ -29,7 +29,7 @@ from jobs.executors import Executor, one_line
 from jobs.executors.local import visible_gpus
 from jobs.run.lock import exclusive
 
-from . import prepare as prepare_stage
+from .run import prepare_stage
 from .plan import launch_checks
 from .plan.dry_run import format_plan, plan_rows, refusal, usable_cores
 from .run import study_ledger

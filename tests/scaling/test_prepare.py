@@ -20,6 +20,7 @@ from cli.aoscale import main as aoscale
 from jobs.data import corpus as data
 from jobs.data import tokencache
 from scaling import launch
+from scaling.prepare import main as prepare_main
 
 datasets = pytest.importorskip("datasets")
 REPO = Path(__file__).resolve().parents[2]
@@ -110,7 +111,7 @@ def test_prepare_refuses_bad_input_in_one_line_and_writes_nothing(tmp_path, no_c
     cache = tmp_path / "cache"
     assert aoscale(["prepare", str(tmp_path / "nothing-here"), "--cache-dir", str(cache)]) == 2
     assert aoscale(["prepare", "--corpus", str(tmp_path / "missing.jsonl"), "--cache-dir", str(cache)]) == 2
-    assert aoscale(["prepare", "--workers", "0", "--cache-dir", str(cache)]) == 2
+    assert prepare_main(["--workers", "0", "--cache-dir", str(cache)]) == 2  # python -m scaling.prepare: the same
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 3 and all(line.startswith("prepare: ") for line in lines)
     assert "holds no study.json" in lines[0] and "no such file or folder" in lines[1] and "workers" in lines[2]
@@ -119,7 +120,7 @@ def test_prepare_refuses_bad_input_in_one_line_and_writes_nothing(tmp_path, no_c
 
 def test_the_cache_folder_is_the_setting_then_the_recorded_then_the_environment_then_the_backend_default(
         tmp_path, no_cache_env, monkeypatch):
-    from scaling.prepare import CLUSTER_CACHE, DATA_FILE, cache_folder
+    from scaling.run.prepare_stage import CLUSTER_CACHE, DATA_FILE, cache_folder
 
     study = tmp_path / "studies" / "s"
     beside = (tmp_path / "studies" / CLUSTER_CACHE, "--backend slurm: beside the study dir")
