@@ -31,6 +31,7 @@ REFUSED: dict[str, str] = {
     "torch_autocast": "[run] precision",
     "data_types": "[run] precision",
     "zero_optimization.stage": "[resources] zero_stage",
+    "zero_optimization.memory_efficient_linear": "nothing: it swaps torch's linear for every later run in the process",
     "zero_optimization.zero_quantized_weights": "nothing: quantized weights change results",
     "zero_optimization.zero_quantized_gradients": "nothing: quantized gradients change results",
 }

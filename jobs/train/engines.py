@@ -205,7 +205,9 @@ def deepspeed_config(spec: RunSpec, world_size: int, bf16: bool, micro: int | No
         "train_micro_batch_size_per_gpu": micro,
         "gradient_accumulation_steps": spec.batch_size // (micro * world_size),
         "gradient_clipping": spec.grad_clip,
-        "zero_optimization": {"stage": spec.zero_stage},
+        # ZeRO-3's memory-efficient linear replaces torch.nn.functional.linear for the whole
+        # process and never restores it, so a later run in the same process computes differently.
+        "zero_optimization": {"stage": spec.zero_stage, "memory_efficient_linear": False},
         "zero_allow_untested_optimizer": True,  # the client optimizer is torch's AdamW
         "zero_force_ds_cpu_optimizer": False,  # ... also under an overlay's optimizer offload
         "bf16": {"enabled": False},

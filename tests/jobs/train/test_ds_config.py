@@ -21,6 +21,8 @@ def test_a_resource_overlay_is_canonical_json_from_a_table_a_file_or_json_text(t
                                           "set by aoscale; fix: drop it and use [resources] zero_stage"),
     ({"bf16": {"enabled": True}}, "deepspeed_config: key 'bf16' changes results and is set by aoscale; "
                                   "fix: drop it and use [run] precision"),
+    ({"zero_optimization": {"memory_efficient_linear": True}},
+     "deepspeed_config: key 'zero_optimization.memory_efficient_linear' changes results and is set by aoscale"),
     ({"activation_checkpointing": {}}, "deepspeed_config: key 'activation_checkpointing' is not a resource "
                                        "setting aoscale passes on; allowed: zero_optimization,"),
 ])

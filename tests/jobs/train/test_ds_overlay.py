@@ -85,7 +85,8 @@ def test_a_real_deepspeed_run_takes_the_overlay_and_matches_the_torch_engine(ove
     assert "time (ms) | fwd" in proc.stdout + proc.stderr  # DeepSpeed's own wall-clock breakdown
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["engine_config"]["zero_optimization"] == {"stage": 2, "reduce_bucket_size": 12345,
-                                                              "allgather_bucket_size": 23456}
+                                                              "allgather_bucket_size": 23456,
+                                                              "memory_efficient_linear": False}
     assert manifest["engine_config"]["gradient_clipping"] == spec.grad_clip  # generated keys kept
 
     reference = tmp_path / "torch"
