@@ -5,7 +5,8 @@ from pathlib import Path
 
 from jobs.run.files import SPEC_FILE
 from jobs.run.spec import RunSpec
-from jobs.train.loop import stop_on_signals, train
+from jobs.train.loop import train
+from jobs.train.stopping import stop_on_signals
 from jobs.eval.evaluate import Stopped, evaluate
 from jobs.eval.shard import ranks
 from jobs.eval.state import records_gap

@@ -56,7 +56,7 @@ from jobs.eval.state import check_done
 from jobs.eval.progress import Progress, progress_key
 from jobs.eval.shard import Shard, ranks
 from jobs.run.device import pick_device
-from jobs.train.loop import clear_stop, stop_on_signals, stop_requested
+from jobs.train.stopping import clear_stop, stop_on_signals, stop_requested
 from cli import rules
 
 from jobs.eval.inputs import (EVAL_SEED, SUITE_FLAG, Dataset, Settings, data_folder, positive_setting,  # noqa: F401
@@ -69,7 +69,7 @@ EXIT_STOPPED = 3  # as jobs.train's exit status for a preempted run: rerun to fi
 
 # ---- the job -----------------------------------------------------------------------------------
 class Stopped(Exception):
-    """A stop (a stop signal, jobs.train.loop.request_stop) came between two sets: the finished
+    """A stop (a stop signal, jobs.train.stopping.request_stop) came between two sets: the finished
     sets are kept (jobs.eval.progress) and a rerun scores the others."""
 
 

@@ -8,7 +8,7 @@ Preemption (SIGUSR2, or SIGTERM, which submitit alone would ignore) is consisten
 optimizer step: submitit's own SIGUSR2 handler would run
 `checkpoint()` at whatever bytecode the signal lands on (possibly between `optimizer.step()`
 and the RNG/data-position update). `RunJob` therefore *defers* it: its handler only calls
-`jobs.train.loop.request_stop()`; the training loop finishes the step in flight, writes a checkpoint
+`jobs.train.stopping.request_stop()`; the training loop finishes the step in flight, writes a checkpoint
 and returns "preempted"; only then is submitit's handler invoked, which pickles `checkpoint()`
 (the same callable: all state is on disk), runs `scontrol requeue` and exits. The requeued task
 resumes from that checkpoint.
@@ -40,8 +40,8 @@ from cli import Busy, int_arg, rules
 from cli.options import option
 from jobs.executors import PIPELINE, failure_count, record_crash, resolve, run_exclusive
 
-STOP_HOOK = "jobs.train.loop:request_stop"
-DEADLINE_HOOK = "jobs.train.loop:stop_before"  # told the job's end, training keeps its measured save time
+STOP_HOOK = "jobs.train.stopping:request_stop"
+DEADLINE_HOOK = "jobs.train.stopping:stop_before"  # told the job's end, training keeps its measured save time
 REPO = Path(__file__).resolve().parents[2]
 SIGNAL_DELAY_S = 90  # USR2 this long before the time limit (submitit's default), time to checkpoint
 SLURM_CMD_TIMEOUT_S = 20

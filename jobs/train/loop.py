@@ -15,11 +15,9 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,57 +39,13 @@ from jobs.run.rng import rng_state, seed_everything, set_rng_state
 from jobs.run.lock import holding
 from jobs.run.spec import RunSpec
 from jobs.train.cli import build_parser, spec_from_args
-from jobs.train import portable, wsd_branch
+from jobs.train import portable, stopping, wsd_branch
+from jobs.train.stopping import stop_on_signals
 from jobs.run.peaks import FLOP_CONVENTION
 from jobs.run.tracking import Progress, Tracker, peak_flops, write_manifest
 from models.ema import EMA
 
-_STOP = threading.Event()
 TRAIN_SALT, VAL_SALT = 1, 2  # keep the training and validation generator streams apart
-
-
-_DEADLINE: list[float] = []  # the job's end (epoch seconds) where a scheduler told it
-RESERVE_FACTOR = 2.0  # a save may take twice the slowest measured one (a busier filesystem)
-RESERVE_MARGIN_S = 30.0  # then requeue and exit: `scontrol requeue` answers within seconds
-
-
-def request_stop() -> None:
-    """Ask every training loop in this process to checkpoint after its current step and return
-    "preempted" (safe to call from a signal handler or another thread)."""
-    _STOP.set()
-
-
-def stop_requested() -> bool:
-    """Whether a stop was asked (`request_stop`, a stop signal) since the last training call began
-    (evaluation stops between its sets on it: jobs.eval.evaluate)."""
-    return _STOP.is_set()
-
-
-def clear_stop() -> None:
-    """Forget an earlier stop request (a command that starts afresh: jobs.eval.evaluate's CLI)."""
-    _STOP.clear()
-
-
-def stop_before(deadline_epoch_s: float) -> None:
-    """Checkpoint and stop ("preempted") once the time left before `deadline_epoch_s` (a Slurm job's
-    end) is no more than the reserve: RESERVE_FACTOR x the slowest save measured (this call's, or
-    the newest checkpoint's meta.json) + one step + RESERVE_MARGIN_S. Before any save was measured
-    the scheduler's own signal (USR2 `--slurm-signal-delay` s before the end) is the only one."""
-    _DEADLINE[:] = [deadline_epoch_s]
-
-
-def reserve_s(save_s: float, step_s: float) -> float:
-    """Seconds to keep before the deadline: the save (with its factor), the next step (the slowest
-    of this call), the margin."""
-    return RESERVE_FACTOR * save_s + step_s + RESERVE_MARGIN_S
-
-
-def _near_deadline(run: Run, step_s: float) -> bool:
-    """Rank 0's view: whether the next step would eat into the reserve (False without a deadline
-    or a measured save)."""
-    if not _DEADLINE or not run.rank0 or run.slowest_save_s <= 0:
-        return False
-    return time.time() + reserve_s(run.slowest_save_s, step_s) >= _DEADLINE[0]
 
 
 def lr_at(step: int, spec: RunSpec) -> float:
@@ -463,18 +417,18 @@ def loop(run: Run, stop_after: int | None, callbacks: Sequence[Callable[[Run], N
         for callback in callbacks:
             callback(run)
         slowest_step_s = max(slowest_step_s, time.perf_counter() - began)
-        stopping = (engine.any(_STOP.is_set() or _near_deadline(run, slowest_step_s))
-                    or (stop_after is not None and run.step - first >= stop_after))
+        asked = stopping.stop_requested() or stopping.near_deadline(run.rank0, run.slowest_save_s, slowest_step_s)
+        halt = (engine.any(asked) or (stop_after is not None and run.step - first >= stop_after))
         snapshot = run.step in wsd_branch.snapshot_steps(spec)
-        if _time_to_save(run) or stopping or snapshot or _due(run.step, spec.checkpoint_every, spec.steps):
+        if _time_to_save(run) or halt or snapshot or _due(run.step, spec.checkpoint_every, spec.steps):
             save(run)
         if snapshot and run.rank0:
             wsd_branch.keep_snapshot(run.run_dir, run.step)
-        if not stopping and _due(run.step, spec.eval_every, spec.steps):
+        if not halt and _due(run.step, spec.eval_every, spec.steps):
             validate_and_log(run)
         if run.rank0:
             write_status(run.run_dir, "running", step=run.step, steps=spec.steps)
-        if stopping and run.step < spec.steps:
+        if halt and run.step < spec.steps:
             return "preempted"
     return "done"
 
@@ -488,31 +442,6 @@ def _catch_up_validation(run: Run) -> None:
     missing = run.rank0 and not any(r.get("step") == run.step for r in read_metrics(run.run_dir, "val"))
     if run.engine.any(missing):
         validate_and_log(run)
-
-
-STOP_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGUSR2", "SIGINT")
-
-
-@contextlib.contextmanager
-def stop_on_signals(enabled: bool) -> Iterator[None]:
-    """While training, SIGTERM/SIGUSR1/SIGUSR2/SIGINT ask for a checkpoint and a preempted stop
-    (a second SIGINT interrupts at once); the previous handlers come back afterwards. Only the
-    main thread can set handlers: elsewhere this does nothing."""
-    if not enabled or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    def handler(signum: int, _frame: Any) -> None:
-        if signum == signal.SIGINT and _STOP.is_set():
-            raise KeyboardInterrupt
-        request_stop()
-
-    names = [n for n in STOP_SIGNALS if hasattr(signal, n)]
-    previous = {n: signal.signal(getattr(signal, n), handler) for n in names}
-    try:
-        yield
-    finally:
-        for name, old in previous.items():
-            signal.signal(getattr(signal, name), old)
 
 
 def _finished(run_dir: Path, spec: RunSpec) -> bool:
@@ -554,7 +483,7 @@ def train(run_dir: str | Path, spec: RunSpec, *, max_steps_this_call: int | None
     with holding(run_dir, lock_wait_s) if rank0 else contextlib.nullcontext():
         if _finished(run_dir, spec):
             return "done"
-        _STOP.clear()
+        stopping.clear_stop()
         with stop_on_signals(handle_signals):
             try:
                 run = setup(run_dir, spec)
@@ -581,7 +510,7 @@ def _adopt_trunk(run: Run) -> str | None:
     problem, waiting = "", False
     if run.rank0:
         try:
-            waiting = not wsd_branch.adopt_trunk(run.run_dir, run.spec, stopped=_STOP.is_set)
+            waiting = not wsd_branch.adopt_trunk(run.run_dir, run.spec, stopped=stopping.stop_requested)
         except wsd_branch.NoTrunk as error:
             problem = str(error)
     if run.engine.any(bool(problem)):
@@ -613,7 +542,8 @@ def _train(run: Run, stop_after: int | None, callbacks: Sequence[Callable[[Run],
     state = loop(run, stop_after, callbacks)
     run.engine.barrier()
     if run.rank0 and state != "failed":
-        reason = {"reason": "stop requested (signal or request_stop)"} if _STOP.is_set() and state == "preempted" else {}
+        asked = stopping.stop_requested() and state == "preempted"
+        reason = {"reason": "stop requested (signal or request_stop)"} if asked else {}
         write_status(run.run_dir, state, step=run.step, steps=run.spec.steps, **reason)
     run.tracker.close(state)
     return state

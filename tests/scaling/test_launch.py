@@ -181,8 +181,9 @@ def test_run_lock_holds_across_processes_and_dies_with_its_holder(tmp_path):
 @pytest.mark.slow
 def test_quickstart_end_to_end_writes_the_report(tmp_path):
     study = tmp_path / "quickstart"
+    # the quick suite: the cpu suite's 4,096 windows cost ~150 s here and are covered in jobs/eval
     proc = launcher(study, "--preset", "quickstart", "--max-steps", "2", "--max-parallel", "2",
-                    "--no-progress", "--bootstrap", "20")
+                    "--eval-suite", "quick", "--no-progress", "--bootstrap", "20")
     out, _ = proc.communicate(timeout=TIMEOUT_S)
     assert proc.returncode == 0, out
     assert f"report: {study / 'report' / 'report.md'}" in out
@@ -194,6 +195,7 @@ def test_quickstart_end_to_end_writes_the_report(tmp_path):
     assert len(final) == 18 and {v.state for v in final.values()} == {"done"}
     assert all((study_ledger.run_dir(study, r) / "eval.parquet").exists() for r in final)
     # relaunching is a no-op: nothing is trained again
-    again = launcher(study, "--preset", "quickstart", "--max-steps", "2", "--no-progress", "--no-report")
+    again = launcher(study, "--preset", "quickstart", "--max-steps", "2", "--eval-suite", "quick",
+                     "--no-progress", "--no-report")
     assert again.wait(TIMEOUT_S) == 0
     assert {v.attempts for v in views(study).values()} == {1}

@@ -18,7 +18,8 @@ from jobs.eval.windows import WINDOWS_FILE
 from jobs.pipeline import execute_run
 from jobs.run.files import read_status
 from jobs.run.spec import RunSpec
-from jobs.train.loop import clear_stop, request_stop, train
+from jobs.train.loop import train
+from jobs.train.stopping import clear_stop, request_stop
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from jobs.train import checkpoint as ckpt
+from jobs.train import stopping
 from jobs.run.files import read_metrics, read_status
 from jobs.run.spec import RunSpec
 from jobs.train.loop import train
@@ -139,17 +140,17 @@ def test_a_run_told_its_end_keeps_its_measured_save_time(tmp_path, cache_dir, mo
         return real_step(run)
 
     monkeypatch.setattr(loop, "train_step", slow_step)
-    monkeypatch.setattr(loop, "RESERVE_MARGIN_S", 0.0)
-    monkeypatch.setattr(loop, "_DEADLINE", [])
+    monkeypatch.setattr(stopping, "RESERVE_MARGIN_S", 0.0)
+    monkeypatch.setattr(stopping, "_DEADLINE", [])
     run = spec(steps=200)
     deadline = time.time() + 12.0
-    loop.stop_before(deadline)
+    stopping.stop_before(deadline)
     assert one_thread_train(tmp_path / "run", run) == "preempted"
     status = read_status(tmp_path / "run")
     newest = ckpt.checkpoint_dirs(tmp_path / "run")[-1]
     assert status["state"] == "preempted" and ckpt.step_of(newest) == status["step"] < run.steps
     assert status["step"] >= 2  # it trained until the reserve, then saved and stopped
-    monkeypatch.setattr(loop, "_DEADLINE", [])
+    monkeypatch.setattr(stopping, "_DEADLINE", [])
     monkeypatch.setattr(loop, "train_step", real_step)
     assert one_thread_train(tmp_path / "run", run.replace(checkpoint_minutes=0.0)) == "done"
     assert [r["from_step"] for r in read_metrics(tmp_path / "run", "start")] == [0, status["step"]]
@@ -165,16 +166,11 @@ def test_squeue_time_left_in_seconds():
 def test_the_reserve_rule(monkeypatch):
     """Stop once now + 2 x the slowest save + the slowest step + the margin reaches the end; not
     before a save was measured, and never without a deadline."""
-    import types
-
-    import jobs.train.loop as loop
-
-    monkeypatch.setattr(loop, "_DEADLINE", [])
-    run = types.SimpleNamespace(rank0=True, slowest_save_s=10.0)
-    assert loop.reserve_s(10.0, 2.0) == 2 * 10.0 + 2.0 + loop.RESERVE_MARGIN_S
-    assert not loop._near_deadline(run, 2.0)  # no deadline
-    loop.stop_before(time.time() + 2 * 10.0 + 2.0 + loop.RESERVE_MARGIN_S + 5)
-    assert not loop._near_deadline(run, 2.0)
-    assert loop._near_deadline(run, 7.5)
-    assert not loop._near_deadline(types.SimpleNamespace(rank0=True, slowest_save_s=0.0), 1e6)
-    assert not loop._near_deadline(types.SimpleNamespace(rank0=False, slowest_save_s=10.0), 1e6)
+    monkeypatch.setattr(stopping, "_DEADLINE", [])
+    assert stopping.reserve_s(10.0, 2.0) == 2 * 10.0 + 2.0 + stopping.RESERVE_MARGIN_S
+    assert not stopping.near_deadline(True, 10.0, 2.0)  # no deadline
+    stopping.stop_before(time.time() + 2 * 10.0 + 2.0 + stopping.RESERVE_MARGIN_S + 5)
+    assert not stopping.near_deadline(True, 10.0, 2.0)
+    assert stopping.near_deadline(True, 10.0, 7.5)
+    assert not stopping.near_deadline(True, 0.0, 1e6)  # no save measured yet
+    assert not stopping.near_deadline(False, 10.0, 1e6)  # only rank 0 decides

@@ -18,7 +18,8 @@ import torch
 from jobs.train import checkpoint as ckpt
 from jobs.run.files import read_metrics, read_status
 from jobs.run.spec import RunSpec
-from jobs.train.loop import lr_at, request_stop, train
+from jobs.train.loop import lr_at, train
+from jobs.train.stopping import request_stop
 from jobs.train.loop import main
 
 REPO = Path(__file__).resolve().parents[3]
