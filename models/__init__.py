@@ -1,4 +1,5 @@
-"""models: the networks and the mathematics of aoscale (pure torch, no other package of ours).
+"""models: the networks and the mathematics of aoscale (pure torch; of ours it imports only `cli`, for the
+environment table the fused CPU kernels read).
 
 `build_model(family, size, vocab_size=..., seq_len=..., **options)` is the public entry point.
 The size rules (`models.ladder`) import no torch, and neither does importing this package: the
