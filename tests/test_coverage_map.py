@@ -10,7 +10,6 @@ REPO = Path(__file__).resolve().parents[1]
 PRODUCT = ("analysis", "cli", "jobs", "models", "scaling")
 
 UNTESTED = {
-    "analysis.compare.gap": "reached through analysis.fit_curves (the gap tables of report.md) in tests/analysis",
     "analysis.records.values": "reached through analysis.fit_curves in tests/analysis/records/test_record_values.py",
     "analysis.report.scope": "reached through analysis.fit_curves (which runs enter a fit) in tests/analysis",
     "analysis.fit.varpro": "the power-law solver of analysis.fit.powerlaw, pinned by tests/analysis/fit/test_powerlaw.py",

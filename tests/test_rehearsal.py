@@ -31,7 +31,8 @@ import pytest
 from jobs.run.files import read_metrics
 from scaling import launch
 from tests.jobs.data.test_prepare import webtext_corpus
-from tests.jobs.executors.cluster_runs import status, training_starts, wait_until
+from tests.jobs.executors.cluster_runs import status, training_starts
+from tests.polling import wait_until
 from tests.jobs.executors.test_slurm_multinode import WHY_NOT, cluster_env, two_nodes  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.multinode, pytest.mark.rehearsal, pytest.mark.slow,

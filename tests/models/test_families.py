@@ -3,12 +3,13 @@ import pytest
 import torch
 
 from models import FAMILIES, build_model
+from tests.models.conftest import make_tokens
 
 V, L = 11, 8
 
 
 def _tokens(seed=0, batch=2):
-    return torch.randint(0, V, (batch, L), generator=torch.Generator().manual_seed(seed))
+    return make_tokens(batch, seed, vocab_size=V, seq_len=L)
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,8 @@
 """Likelihood estimators: L2R for every family, infilling, any-order MC, ELBOs, ensembling."""
 from __future__ import annotations
 
+from functools import partial
+
 import math
 
 import pytest
@@ -10,17 +12,16 @@ import torch.nn.functional as F
 from models import build_model
 from models import likelihood as lk
 from models.families.aogpt import infill_order
+from tests.models.conftest import make_model, make_tokens
 
 V, L = 11, 16
 
 
-def _model(family: str, **options):
-    torch.manual_seed(0)
-    return build_model(family, "0.1M", vocab_size=V, seq_len=L, **options).eval()
+_model = partial(make_model, vocab_size=V, seq_len=L)
 
 
 def _tokens(batch=4, seed=0):
-    return torch.randint(0, V, (batch, L), generator=torch.Generator().manual_seed(seed))
+    return make_tokens(batch, seed, vocab_size=V, seq_len=L)
 
 
 def class_batch(batch: int, g: torch.Generator) -> torch.Tensor:

@@ -2,6 +2,8 @@
 capability does what its contract says on a tiny model."""
 from __future__ import annotations
 
+from functools import partial
+
 import math
 
 import pytest
@@ -14,17 +16,16 @@ from models.families import FAMILIES, JUDGE_FAMILY, capabilities
 from models.families.ar import AR
 from models.families.base import CAPABILITIES, INFILL_CONTEXTS, METRIC_GROUPS, FamilySpec, resolve_options
 from models.ladder import Shape
+from tests.models.conftest import make_model, make_tokens
 
 V, L, SHAPE = 13, 8, Shape(1, 16, 2)
 
 
-def _model(family: str):
-    torch.manual_seed(0)
-    return build_model(family, SHAPE, vocab_size=V, seq_len=L).eval()
+_model = partial(make_model, size=SHAPE, vocab_size=V, seq_len=L)
 
 
 def _tokens(batch: int = 3) -> torch.Tensor:
-    return torch.randint(0, V, (batch, L), generator=torch.Generator().manual_seed(1))
+    return make_tokens(batch, 1, vocab_size=V, seq_len=L)
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))

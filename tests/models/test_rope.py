@@ -1,5 +1,7 @@
 """Rotary positions (`pos = "rope"`): the rotation, its relative-position property, where each
 family's queries and keys are turned, and KV-cached decoding with it."""
+from functools import partial
+
 import math
 
 import pytest
@@ -8,17 +10,13 @@ import torch
 from models import build_model
 from models import sampling as sm
 from models.core import CoreConfig, Rotary, Transformer, rope_angles, rotate
+from tests.models.conftest import make_model, make_tokens
 
 V, L = 13, 16
 
 
-def _model(family: str, **options):
-    torch.manual_seed(0)
-    return build_model(family, "0.1M", vocab_size=V, seq_len=L, pos="rope", **options).eval()
-
-
-def _tokens(batch=3, seed=0):
-    return torch.randint(0, V, (batch, L), generator=torch.Generator().manual_seed(seed))
+_model = partial(make_model, vocab_size=V, seq_len=L, pos="rope")
+_tokens = partial(make_tokens, vocab_size=V, seq_len=L)
 
 
 def test_rotation_keeps_norms_is_identity_at_zero_and_turns_pairs_by_position_times_frequency():

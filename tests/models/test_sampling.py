@@ -1,22 +1,23 @@
 """Samplers: KV-cache equivalence, parallel-decoding attention, schedules, exact categorical draws."""
 from __future__ import annotations
 
+from functools import partial
+
 import math
 
 import pytest
 import torch
 from scipy import stats
 
-from models import build_model, kernels
+from models import kernels
 from models import sampling as sm
 from models.core import KVCache
+from tests.models.conftest import make_model
 
 V, L = 13, 16
 
 
-def _model(family: str, seq_len: int = L, **options):
-    torch.manual_seed(0)
-    return build_model(family, "0.1M", vocab_size=V, seq_len=seq_len, **options).eval()
+_model = partial(make_model, vocab_size=V, seq_len=L)
 
 
 def test_ar_kv_cache_logits_equal_full_recomputation():

@@ -28,6 +28,7 @@ from scaling import launch, status
 from scaling.run import study_ledger
 from scaling.study.study_spec import build_study
 from tests.test_bad_inputs import assert_refused, snapshot
+from tests.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 PLAIN = {"families": "ar", "sizes": "0.1M", "seeds": 1, "max_steps": 2, "seq_len": 32}
@@ -193,15 +194,6 @@ def _workers(run_dir: Path) -> list[int]:
     return pids
 
 
-def _wait_for(predicate, what: str, limit_s: float) -> float:
-    """Poll `predicate` every 0.1 s for at most `limit_s`; the seconds it took."""
-    started = time.monotonic()
-    while not predicate():
-        assert time.monotonic() - started < limit_s, f"{what} not within {limit_s} s"
-        time.sleep(0.1)
-    return time.monotonic() - started
-
-
 def _waiting(run_dir: Path) -> bool:
     log = run_dir / "worker.log"
     return log.exists() and "waiting for trunk" in log.read_text()
@@ -227,11 +219,11 @@ def test_a_launcher_killed_with_sigkill_takes_its_waiting_worker_with_it(trunk_t
                                 env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
     try:
-        _wait_for(lambda: _waiting(run_dir), "the branch's wait", 120)
+        wait_until(lambda: _waiting(run_dir), 120, "the branch's wait")
         assert len(_workers(run_dir)) == 1
         launcher.kill()
         launcher.wait()
-        took = _wait_for(lambda: not _workers(run_dir), "the worker's exit", DEADLINE_S)
+        took = wait_until(lambda: not _workers(run_dir), DEADLINE_S, "the worker's exit")
     finally:
         launcher.kill()
     print(f"worker gone {took:.1f} s after its launcher's SIGKILL")
@@ -247,7 +239,7 @@ def test_a_waiting_worker_exits_on_sigterm_as_preempted(trunk_training):
         worker = subprocess.Popen([sys.executable, "-m", "jobs.executors.local", str(run_dir)], cwd=REPO,
                                   env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=log, stderr=subprocess.STDOUT)
     try:
-        _wait_for(lambda: _waiting(run_dir), "the branch's wait", 120)
+        wait_until(lambda: _waiting(run_dir), 120, "the branch's wait")
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(DEADLINE_S) == 0
     finally:

@@ -6,7 +6,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from jobs.executors import BUSY, RunLock, lock_held, run_exclusive
 from scaling import status
 from scaling.run import study_ledger
+from tests.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = ["--sizes", "0.1M", "--families", "ar,mdm", "--seeds", "2", "--seq-len", "32", "--no-progress", "--no-report"]
@@ -41,24 +41,19 @@ def views(study_dir: Path) -> dict[str, study_ledger.RunView]:
     return {run_id: study_ledger.view(study_dir, run_id) for run_id in study_ledger.study_run_ids(study_dir)}
 
 
-def wait_for(predicate, timeout_s: float = TIMEOUT_S) -> None:
-    deadline = time.time() + timeout_s
-    while not predicate():
-        assert time.time() < deadline, "timed out"
-        time.sleep(0.1)
-
-
 def test_relaunch_after_sigkill_finishes_with_no_run_trained_twice(tmp_path):
     study = tmp_path / "study"
     first = launcher(study, *SMALL, "--max-steps", "40", "--max-parallel", "1")
-    wait_for(lambda: (study / "study.json").exists()
-             and sum(v.state == "done" for v in views(study).values()) >= 1
-             and any(v.state == "running" and v.step >= 1 for v in views(study).values()))
+    wait_until(lambda: (study / "study.json").exists()
+               and sum(v.state == "done" for v in views(study).values()) >= 1
+               and any(v.state == "running" and v.step >= 1 for v in views(study).values()),
+               TIMEOUT_S, "one run done and one training")
     done_before = {r for r, v in views(study).items() if v.state == "done"}
     first.send_signal(signal.SIGKILL)
     first.wait()
     # the worker dies with its launcher and releases the run's lock
-    wait_for(lambda: not any(lock_held(study_ledger.run_dir(study, r)) for r in views(study)), 60)
+    wait_until(lambda: not any(lock_held(study_ledger.run_dir(study, r)) for r in views(study)), 60,
+               "the killed launcher's worker to end")
     second = launcher(study, *SMALL, "--max-steps", "40", "--max-parallel", "1")
     out, _ = second.communicate(timeout=TIMEOUT_S)
     assert second.returncode == 0, out

@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import polars as pl
@@ -26,6 +25,7 @@ from jobs.data.suites import SUITES
 from jobs.run.files import read_metrics, read_status
 from scaling import launch, status
 from scaling.run import study_ledger
+from tests.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 IS_ROOT = os.geteuid() == 0
@@ -95,10 +95,8 @@ def _wait_unlocked(run_dirs: list[Path], timeout_s: float = 30) -> None:
     """Until no worker holds a run (the killed launcher's workers are dying)."""
     from jobs.run.lock import lock_held
 
-    deadline = time.monotonic() + timeout_s
-    while any(lock_held(d) for d in run_dirs):
-        assert time.monotonic() < deadline, "a worker outlived its launcher"
-        time.sleep(0.05)
+    wait_until(lambda: not any(lock_held(d) for d in run_dirs), timeout_s, "the killed launcher's workers to end",
+               every_s=0.05)
 
 
 def _status_json(env: dict, study: Path) -> dict:

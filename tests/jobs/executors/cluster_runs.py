@@ -1,7 +1,6 @@
 """Helpers shared by the Slurm and Ray integration tests: tiny real runs and what they logged."""
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,15 +40,6 @@ def curve(run_dir: Path) -> list[tuple[str, int, float]]:
     train = [("train", int(r["step"]), float(r["loss"])) for r in runfiles.read_metrics(run_dir, "train")]
     val = [("val", int(r["step"]), float(r["val_loss"])) for r in runfiles.read_metrics(run_dir, "val")]
     return sorted(train + val)
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Poll `predicate` every 0.1 s; fail the test with `what` after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.1)
 
 
 def running_at(run_dir: Path, step: int) -> Callable[[], bool]:

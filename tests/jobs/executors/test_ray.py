@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.jobs.executors.cluster_runs import (PIPELINE, curve, make_run, reference_curve, running_at, status,
-                                     tiny_spec, training_starts, wait_until)
+from tests.jobs.executors.cluster_runs import (PIPELINE, curve, make_run, reference_curve,
+                                               running_at, status, tiny_spec, training_starts)
+from tests.polling import wait_until
 
 ray = pytest.importorskip("ray", reason="ray not installed (pip install 'aoscale[ray]')")
 from jobs.executors.ray_tune import EXPERIMENT_FILE, RayExecutor, RayOptions, validate_ray_options  # noqa: E402

@@ -20,8 +20,8 @@ from jobs.executors import slurm
 from jobs.executors.slurm import (SlurmExecutor, SlurmOptions, parse_additional, parse_time_min,
                                   queue_states, submitit_parameters, validate_slurm_options)
 from tests.jobs.executors import cluster_runs
-from tests.jobs.executors.cluster_runs import (PIPELINE, curve, make_run, running_at, status, tiny_spec,
-                                     training_starts, wait_until)
+from tests.jobs.executors.cluster_runs import PIPELINE, curve, make_run, running_at, status, tiny_spec, training_starts
+from tests.polling import wait_until
 
 
 def _cluster_problem() -> str:

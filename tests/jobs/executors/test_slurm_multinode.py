@@ -22,8 +22,8 @@ import pytest
 from jobs.executors.slurm import SlurmExecutor, SlurmOptions
 from jobs.run.files import read_metrics
 from jobs.run.spec import RunSpec
-from tests.jobs.executors.cluster_runs import (PIPELINE, make_run, running_at, status, train_here, training_starts,
-                                     wait_until)
+from tests.jobs.executors.cluster_runs import PIPELINE, make_run, running_at, status, train_here, training_starts
+from tests.polling import wait_until
 from tests.jobs.executors.test_slurm import PROBLEM
 
 pytest.importorskip("deepspeed")

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +20,7 @@ from jobs.run.spec import RunSpec
 from jobs.train.loop import lr_at, train
 from jobs.train.stopping import request_stop
 from jobs.train.loop import main
+from tests.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -96,13 +96,8 @@ def _launch(run_dir: Path, spec_path: Path) -> subprocess.Popen:
 
 
 def _wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen, timeout_s: float = 180) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if any(r["step"] >= step for r in read_metrics(run_dir, "train")):
-            return
-        assert proc.poll() is None, proc.stderr.read()
-        time.sleep(0.02)
-    raise AssertionError(f"step {step} never appeared")
+    wait_until(lambda: any(r["step"] >= step for r in read_metrics(run_dir, "train")), timeout_s, f"step {step}",
+               every_s=0.02, alive=proc)
 
 
 def test_sigkill_then_resume_gives_bitwise_identical_losses(tmp_path):

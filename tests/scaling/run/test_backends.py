@@ -21,7 +21,8 @@ from jobs.run import files as runfiles
 from scaling import launch, status
 from scaling.run import study_ledger
 from scaling.study.study_spec import build_study
-from tests.jobs.executors.cluster_runs import training_starts, wait_until
+from tests.jobs.executors.cluster_runs import training_starts
+from tests.polling import wait_until
 from tests.jobs.executors.test_slurm import PROBLEM as SLURM_PROBLEM
 
 REPO = Path(__file__).resolve().parents[3]
