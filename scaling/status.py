@@ -40,7 +40,7 @@ from analysis.compare.fairness import plateau_table
 from cli import InputError, Parser, numerics_ids, parse, run_main, schema
 from jobs.train import checkpoint as ckpt
 from jobs.executors.slurm import queue_states
-from jobs.data.ledger import ledger_columns
+from jobs.data.ledger import ledger_columns, train_tokens
 from jobs.eval.state import read_stamp
 from jobs.eval.records import EVAL_FILE, read_records
 from jobs.run import numerics
@@ -98,12 +98,13 @@ def _spec(study_dir: Path, run_id: str) -> RunSpec | None:
         return None
 
 
-def row_for(study_dir: Path, run_id: str, info: dict[str, Any], files: str = "ok") -> tuple[str, ...]:
+def row_for(study_dir: Path, run_id: str, info: dict[str, Any], files: str = "ok",
+            known: tuple[study_ledger.RunView, RunSpec | None] | None = None) -> tuple[str, ...]:
     """One table row (a run whose spec.json is missing or corrupt shows what status.json says);
-    `files` is the damage column (see `damage`)."""
-    run = study_ledger.view(study_dir, run_id)
+    `files` is the damage column (see `damage`); `known` is the run's view and spec where the caller
+    has read them."""
+    run, spec = known or (study_ledger.view(study_dir, run_id), _spec(study_dir, run_id))
     directory = study_ledger.run_dir(study_dir, run_id)
-    spec = _spec(study_dir, run_id)
     steps = run.steps or (spec.steps if spec else 0)
     metrics = last_train_row(directory)
     loss = f"{float(metrics['loss']):.4f}" if metrics and isinstance(metrics.get("loss"), (int, float)) else "-"
@@ -166,23 +167,26 @@ def learned(run_dir: Path) -> str:
     return "plateau" if table["plateau"].any() else "ok"
 
 
-def damage(study_dir: Path, run_id: str, verify_all: bool = False) -> tuple[str, list[str]]:
+def damage(study_dir: Path, run_id: str, verify_all: bool = False,
+           known: tuple[study_ledger.RunView, RunSpec | None] | None = None,
+           split_tokens: dict[tuple[str, str, str], int | None] | None = None) -> tuple[str, list[str]]:
     """(the `files` column, one warning line per problem) of one run: a missing folder or
     spec.json, a rebuilt status.json, missing or corrupt checkpoints of a trained run, an
-    unreadable eval.parquet, a failed run (how to retry it)."""
+    unreadable eval.parquet, a failed run (how to retry it). `known`: the run's view and spec
+    where the caller has read them; `split_tokens`: training-split sizes read so far, by data."""
     directory = study_ledger.run_dir(study_dir, run_id)
     if not directory.is_dir():
         return "run-missing", [f"run {run_id}: its folder {directory} is missing; relaunch the study to train it again"]
+    run, spec = known or (study_ledger.view(study_dir, run_id), _spec(study_dir, run_id))
     tags, out = [], []
-    if _spec(study_dir, run_id) is None:
+    if spec is None:
         out.append(f"run {run_id}: spec.json is missing or corrupt; relaunch the study to rewrite it")
     status = read_status(directory)
     out += [f"run {run_id}: {w}" for w in status.get("warnings", []) if str(w).startswith("status:")]
-    out += repeats_data(run_id, _spec(study_dir, run_id))
+    out += repeats_data(run_id, spec, split_tokens)
     for tag, line in _checkpoint_damage(directory, run_id, status, verify_all) + _records_damage(directory, run_id):
         tags.append(tag)
         out.append(line)
-    run = study_ledger.view(study_dir, run_id)
     if run.state == "trained" and not {"eval-unreadable", "eval-schema"} & set(tags):
         out.append(f"run {run_id}: {run.reason}; relaunch the study to evaluate it (it is not trained again)")
     if status.get("state") == "failed":
@@ -207,9 +211,18 @@ def _checkpoint_damage(directory: Path, run_id: str, status: dict, verify_all: b
              f"rerun python -m jobs.train --run-dir {directory} to train it again from the last valid one")]
 
 
-def repeats_data(run_id: str, spec: RunSpec | None) -> list[str]:
-    """A line for a run planned past one epoch of its training split (jobs.data.ledger)."""
-    seen = ledger_columns(spec, spec.tokens) if spec is not None else {}
+def repeats_data(run_id: str, spec: RunSpec | None,
+                 split_tokens: dict[tuple[str, str, str], int | None] | None = None) -> list[str]:
+    """A line for a run planned past one epoch of its training split (jobs.data.ledger);
+    `split_tokens` remembers each (corpus, tokenizer, text field)'s split size across runs (hashing
+    a corpus's identity again for each of 10,000 runs of one study costs seconds)."""
+    if spec is None:
+        return []
+    memo = {} if split_tokens is None else split_tokens
+    data = (spec.corpus, spec.tokenizer, spec.text_field)
+    if data not in memo:
+        memo[data] = train_tokens(spec)
+    seen = ledger_columns(spec, spec.tokens, memo[data])
     if not seen.get("epochs") or seen["epochs"] <= 1:
         return []
     return [f"run {run_id}: repeats data: {seen['epochs']:.2f} epochs of its training split "
@@ -231,6 +244,14 @@ def _records_damage(directory: Path, run_id: str) -> list[tuple[str, str]]:
     return []
 
 
+def _known(study_dir: Path, run_id: str) -> tuple[study_ledger.RunView, RunSpec | None] | None:
+    """The run's view and spec, read once for its row and its damage (None: no run folder)."""
+    try:
+        return study_ledger.view(study_dir, run_id), _spec(study_dir, run_id)
+    except InputError:  # an id that is no run folder: damage and the row say so
+        return None
+
+
 def table(study_dir: Path, verify_all: bool = False,
           warnings: dict[str, list[str]] | None = None) -> tuple[list[tuple[str, ...]], Counter]:
     """Rows in launch order and the count of runs per state (plus `queue` for Slurm studies);
@@ -238,10 +259,12 @@ def table(study_dir: Path, verify_all: bool = False,
     doc = study_ledger.read_study(study_dir)
     if doc is None:
         raise InputError(f"study: {study_dir} holds no study.json; pass a study directory made by scaling.launch")
-    found = {run_id: damage(study_dir, run_id, verify_all) for run_id in doc["order"]}
+    split_tokens: dict[tuple[str, str, str], int | None] = {}
+    known = {run_id: _known(study_dir, run_id) for run_id in doc["order"]}
+    found = {run_id: damage(study_dir, run_id, verify_all, known[run_id], split_tokens) for run_id in doc["order"]}
     if warnings is not None:
         warnings.update({run_id: lines for run_id, (_, lines) in found.items()})
-    rows = [row_for(study_dir, run_id, doc["runs"][run_id], found[run_id][0]) for run_id in doc["order"]]
+    rows = [row_for(study_dir, run_id, doc["runs"][run_id], found[run_id][0], known[run_id]) for run_id in doc["order"]]
     queue = queue_states(study_dir)
     if queue:
         rows = [(*row, queue.get(row[0], {}).get("queue_state", "-")) for row in rows]
