@@ -2,9 +2,10 @@
 # The project's test command: starts a private single-node Slurm cluster when this machine can
 # run one (root + apt), runs the whole test suite, and stops exactly what it started.
 #
-# With no arguments the suite runs as two pytest processes side by side: the Slurm and Ray tests
-# (mostly waiting on schedulers and workers; serial among themselves, so they never compete for the
-# test cluster) and everything else. With arguments, one pytest process runs them as given.
+# With no arguments the suite runs as two pytest processes side by side, so both cores stay busy:
+# the Slurm, Ray and slow tests (the cluster tests mostly wait on schedulers and workers, and stay
+# serial among themselves, so they never compete for the test cluster), and everything else. With
+# arguments, one pytest process runs them as given.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export WANDB_MODE=offline HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
@@ -19,19 +20,19 @@ if [ $# -gt 0 ]; then
 else
   base=$(mktemp -d "${TMPDIR:-/tmp}/aoscale-tests-XXXXXX")
   cluster_log="$base/cluster.log"
-  python -m pytest -p no:cacheprovider --basetemp "$base/cluster" -m "(slurm or ray) and not rehearsal" \
+  python -m pytest -p no:cacheprovider --basetemp "$base/cluster" -m "(slurm or ray or slow) and not rehearsal" \
     >"$cluster_log" 2>&1 &
   cluster_pid=$!
-  python -m pytest -p no:cacheprovider --basetemp "$base/rest" -m "not (slurm or ray) and not rehearsal"
+  python -m pytest -p no:cacheprovider --basetemp "$base/rest" -m "not (slurm or ray or slow) and not rehearsal"
   rest_rc=$?
   wait "$cluster_pid"
   cluster_rc=$?
-  echo "[test] the Slurm and Ray tests (run beside the rest):"
+  echo "[test] the Slurm, Ray and slow tests (run beside the rest):"
   cat "$cluster_log"
-  # pytest exits 5 when a marker selects nothing (no Slurm and no Ray here): not a failure
+  # pytest exits 5 when a marker selects nothing: not a failure
   [ "$cluster_rc" = 5 ] && cluster_rc=0
   rc=$(( rest_rc != 0 ? rest_rc : cluster_rc ))
-  echo "[test] rest: exit $rest_rc; Slurm and Ray: exit $cluster_rc"
+  echo "[test] rest: exit $rest_rc; Slurm, Ray and slow: exit $cluster_rc"
   [ "$rc" = 0 ] && rm -rf "$base"
 fi
 [ "$started" = 1 ] && bash scripts/slurm-cluster.sh stop

@@ -39,6 +39,7 @@ def _faults_per_step(mode: str) -> float:
     return float(out.stdout.strip())
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
 def test_kept_memory_spares_the_page_faults_of_every_step():
     """Means of 3 processes per setting: one process's count varies with where its heap settled
