@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from cli import InputError, numerics_ids
+from cli.paths import special_kind
 from cli.environment import ALLOW_NUMERICS_CHANGE, numerics_change_allowed
 from jobs.run.files import MANIFEST_FILE, atomic_write_json, read_json
 from models import kernels
@@ -97,19 +98,39 @@ def _kernels(model: torch.nn.Module, device: torch.device, bf16: bool, compiled:
 # numerics.json: one segment per training call that moved the run on
 
 
+FIELD_TYPES = {f.name: {"str": str, "int": int, "bool": bool}[f.type] for f in fields(NumericsPath)}
+
+
 def read_segments(run_dir: str | Path) -> list[dict[str, Any]]:
     """The run's training segments, `[{"from_step": int, "path": {...}}]` (empty: none recorded,
-    a run from before the file existed). A damaged file is refused, naming it."""
+    a run from before the file existed). A damaged file (not JSON, a key missing or of the wrong
+    type, a FIFO or device that would block the read) is refused, naming it and the key."""
     path = Path(run_dir) / NUMERICS_FILE
     if not path.exists():
         return []
+    fix = "move it aside to adopt this machine's path"
+    kind = special_kind(path)
+    if kind:
+        raise InputError(f"{path}: a {kind}, not a numerics file; {fix}")
     try:
         segments = json.loads(path.read_text())["segments"]
-        [(int(s["from_step"]), NumericsPath(**s["path"])) for s in segments]
+        for i, segment in enumerate(segments):
+            _check_segment(i, segment)
     except (OSError, ValueError, KeyError, TypeError) as error:
-        raise InputError(f"{path}: not a numerics file ({type(error).__name__}: {error}); "
-                         "move it aside to adopt this machine's path") from None
+        raise InputError(f"{path}: not a numerics file ({type(error).__name__}: {error}); {fix}") from None
     return segments
+
+
+def _check_segment(i: int, segment: Any) -> None:
+    """TypeError naming `segments[i].<key>` where a value is not of its field's type."""
+    step = segment["from_step"]
+    if type(step) is not int or step < 0:
+        raise TypeError(f"segments[{i}].from_step must be a step count, not {step!r}")
+    found = segment["path"]
+    for name, kind in FIELD_TYPES.items():
+        if type(found[name]) is not kind:
+            raise TypeError(f"segments[{i}].path.{name} must be a {kind.__name__}, not {found[name]!r}")
+    NumericsPath(**found)  # no key beside the fields
 
 
 def segment_paths(run_dir: str | Path) -> list[NumericsPath]:

@@ -70,13 +70,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _apply_sets(fields: dict[str, Any], pairs: list[str]) -> None:
+def _apply_sets(fields: dict[str, Any], pairs: list[str], flagged: frozenset[str] = frozenset()) -> None:
+    """Apply `--set key=value` pairs; a key given twice, or also given by its flag (`flagged`), is
+    refused: which of the two values trains is no guess to leave to the order of the words."""
     names = {f.name for f in dataclasses.fields(RunSpec)}
     options, tracking = dict(fields.get("model_options", {})), dict(fields.get("tracking", {}))
+    seen: set[str] = set()
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise InputError(f"--set: {pair!r} must look like key=value")
+        if key in seen:
+            raise InputError(f"--set: {key} is given twice; give it once")
+        if key in flagged:
+            raise InputError(f"--set: {key} is also given as {field_flag(key)}; give it once")
+        seen.add(key)
         if key in TABLE_FIELDS:
             raise InputError(f"--set: {key} is a table, set its keys one by one (--set {TABLE_FIELDS[key]})")
         if key.startswith("tracking."):
@@ -124,8 +132,9 @@ def _rung_defaults(fields: dict[str, Any]) -> None:
 def spec_from_args(args: argparse.Namespace) -> RunSpec:
     """The RunSpec named by the command line (ValueError on bad input)."""
     fields = _base_fields(args)
-    fields.update({f.name: getattr(args, f.name) for f in spec_flags() if getattr(args, f.name) is not None})
-    _apply_sets(fields, args.set)
+    flagged = {f.name: getattr(args, f.name) for f in spec_flags() if getattr(args, f.name) is not None}
+    fields.update(flagged)
+    _apply_sets(fields, args.set, frozenset(flagged))
     computed = {"steps"} if args.tokens is not None else set()  # from --tokens, below (checked by check_run)
     check_types({k: v for k, v in fields.items()
                  if k not in computed and not (k in ("lr", "warmup_steps") and v is None)})

@@ -129,6 +129,39 @@ def test_a_damaged_numerics_file_is_named(tmp_path):
         numerics.read_segments(tmp_path)
 
 
+@pytest.mark.parametrize("segment, named", [
+    ({"from_step": "3", "path": "PATH"}, "segments[0].from_step must be a step count"),
+    ({"from_step": -1, "path": "PATH"}, "segments[0].from_step must be a step count"),
+    ({"from_step": 0, "path": {"threads": "8"}}, "segments[0].path.threads must be a int, not '8'"),
+    ({"from_step": 0, "path": {"compiled": 1}}, "segments[0].path.compiled must be a bool, not 1"),
+    ({"from_step": 0, "path": {"extra": "x"}}, "unexpected keyword argument 'extra'"),
+])
+def test_a_numerics_file_of_the_wrong_types_is_named_by_key(tmp_path, segment, named):
+    from dataclasses import asdict
+
+    fields = asdict(PATH)
+    segment = {**segment, "path": fields if segment["path"] == "PATH" else {**fields, **segment["path"]}}
+    (tmp_path / numerics.NUMERICS_FILE).write_text(json.dumps({"segments": [segment]}))
+    with pytest.raises(ValueError, match="numerics.json: not a numerics file") as error:
+        numerics.read_segments(tmp_path)
+    assert named in str(error.value)
+    assert status._numerics(tmp_path) == "unreadable"
+
+
+def test_a_fifo_numerics_file_is_refused_before_it_is_opened(tmp_path):
+    """A read would block forever: status shows `unreadable` at once, the trainer's resume check refuses."""
+    import threading
+
+    os.mkfifo(tmp_path / numerics.NUMERICS_FILE)
+    shown = []
+    reader = threading.Thread(target=lambda: shown.append(status._numerics(tmp_path)), daemon=True)
+    reader.start()
+    reader.join(timeout=20)
+    assert shown == ["unreadable"]
+    with pytest.raises(ValueError, match="numerics.json: a FIFO, not a numerics file; move it aside"):
+        numerics.check_resume(tmp_path, "r", 3, PATH)
+
+
 def test_segments_follow_the_checkpoint_a_run_resumes_from(tmp_path):
     other = replace(PATH, isa="DEFAULT")
     numerics.record_segment(tmp_path, 0, PATH)

@@ -271,6 +271,18 @@ def test_cli_set_and_tokens(tmp_path):
     assert spec.options == {"order": "uniform"} and dict(spec.tracking) == {"wandb": True}
 
 
+@pytest.mark.parametrize("words, line", [
+    (["--lr", "1e-3", "--set", "lr=2e-3"], "error: --set: lr is also given as --lr; give it once"),
+    (["--set", "ema=0.9", "--set", "ema=0.99"], "error: --set: ema is given twice; give it once"),
+    (["--set", "order=l2r", "--set", "order=uniform"], "error: --set: order is given twice; give it once"),
+])
+def test_a_set_clashing_with_a_flag_or_given_twice_is_one_line_and_nothing_is_written(tmp_path, capsys, words, line):
+    argv = ["--run-dir", str(tmp_path / "r"), "--family", "aogpt", "--size", "0.1M", "--steps", "3", *words]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [line]
+    assert not (tmp_path / "r").exists()
+
+
 def test_switching_engine_on_a_checkpointed_run_is_a_move_not_a_refusal(tmp_path):
     """A checkpoint of another engine loads through the consolidated state (the moves themselves:
     tests/jobs/train/test_move.py); the run directory's check lets it through."""
