@@ -40,7 +40,7 @@ from analysis.compare.fairness import plateau_table
 from cli import InputError, Parser, numerics_ids, parse, run_main, schema
 from jobs.train import checkpoint as ckpt
 from jobs.executors.slurm import queue_states
-from jobs.data.ledger import ledger_columns, train_tokens
+from jobs.data.ledger import coverage_columns, train_tokens
 from jobs.eval.state import read_stamp
 from jobs.eval.records import EVAL_FILE, read_records
 from jobs.run import numerics
@@ -222,7 +222,7 @@ def repeats_data(run_id: str, spec: RunSpec | None,
     data = (spec.corpus, spec.tokenizer, spec.text_field)
     if data not in memo:
         memo[data] = train_tokens(spec)
-    seen = ledger_columns(spec, spec.tokens, memo[data])
+    seen = coverage_columns(memo[data], spec.tokens)
     if not seen.get("epochs") or seen["epochs"] <= 1:
         return []
     return [f"run {run_id}: repeats data: {seen['epochs']:.2f} epochs of its training split "

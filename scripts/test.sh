@@ -23,6 +23,7 @@ else
   python -m pytest -p no:cacheprovider --basetemp "$base/cluster" -m "(slurm or ray or slow) and not rehearsal" \
     >"$cluster_log" 2>&1 &
   cluster_pid=$!
+  trap 'kill "$cluster_pid" 2>/dev/null' INT TERM  # an interrupted run leaves no pytest behind
   python -m pytest -p no:cacheprovider --basetemp "$base/rest" -m "not (slurm or ray or slow) and not rehearsal"
   rest_rc=$?
   wait "$cluster_pid"

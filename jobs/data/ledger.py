@@ -24,10 +24,14 @@ def train_tokens(spec) -> int | None:
     return int(manifest["splits"]["train"]["tokens"]) if manifest else None
 
 
-def ledger_columns(spec, tokens: int, split_tokens: int | None = -1) -> dict:
-    """`epochs` and `unique_tokens` of a run that has trained on `tokens` tokens (nulls when unknown);
-    `split_tokens`, where the caller has read it already (`train_tokens`), saves reading it again."""
-    n = train_tokens(spec) if split_tokens == -1 else split_tokens
+def ledger_columns(spec, tokens: int) -> dict:
+    """`epochs` and `unique_tokens` of a run that has trained on `tokens` tokens (nulls when unknown)."""
+    return coverage_columns(train_tokens(spec), tokens)
+
+
+def coverage_columns(n: int | None, tokens: int) -> dict:
+    """`epochs` and `unique_tokens` of `tokens` tokens drawn from a training split of `n` tokens
+    (nulls when `n` is unknown)."""
     if not n:
         return {"epochs": None, "unique_tokens": None}
     unique = n * -math.expm1(tokens * math.log1p(-1 / n)) if n > 1 else min(tokens, n)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import typing
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -98,7 +99,7 @@ def _kernels(model: torch.nn.Module, device: torch.device, bf16: bool, compiled:
 # numerics.json: one segment per training call that moved the run on
 
 
-FIELD_TYPES = {f.name: {"str": str, "int": int, "bool": bool}[f.type] for f in fields(NumericsPath)}
+FIELD_TYPES = typing.get_type_hints(NumericsPath)  # field -> str | int | bool, as the dataclass declares
 
 
 def read_segments(run_dir: str | Path) -> list[dict[str, Any]]:

@@ -40,7 +40,6 @@ from jobs.run.lock import holding
 from jobs.run.spec import RunSpec
 from jobs.train.cli import build_parser, spec_from_args
 from jobs.train import portable, stopping, wsd_branch
-from jobs.train.stopping import stop_on_signals
 from jobs.run.peaks import FLOP_CONVENTION
 from jobs.run.tracking import Progress, Tracker, peak_flops, write_manifest
 from models.ema import EMA
@@ -484,7 +483,7 @@ def train(run_dir: str | Path, spec: RunSpec, *, max_steps_this_call: int | None
         if _finished(run_dir, spec):
             return "done"
         stopping.clear_stop()
-        with stop_on_signals(handle_signals):
+        with stopping.stop_on_signals(handle_signals):
             try:
                 run = setup(run_dir, spec)
             except Exception as error:
